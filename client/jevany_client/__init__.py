@@ -1,0 +1,1 @@
+"""jevany-client: the wire protocol, request schema and client for jevany-daemon. No torch."""

@@ -1,0 +1,1 @@
+"""Everything about the weights: loading, checkpoints, the pointer head, tiny test models."""

@@ -1,0 +1,65 @@
+"""What a loaded decision model is: a causal LM, its tokenizer and the readout that reads it.
+
+Loading (loading.py) produces one of these; the engine consumes it. Keeping the
+contract in one small dataclass lets tests build models directly and lets the
+engine stay ignorant of checkpoint formats.
+"""
+from dataclasses import dataclass, field
+
+import torch
+
+READOUTS = ("choice", "pointer", "lm_token")
+
+# Per-readout option caps (JevAny facts, section 1).
+MAX_OPTIONS = {"pointer": 4096, "lm_token": 255, "choice": 52}
+
+
+@dataclass
+class DecisionModel:
+    model_id: str                  # what replies name as "model"
+    source: str                    # where it was loaded from (directory or hub id)
+    causal_lm: torch.nn.Module     # a transformers *ForCausalLM, eval mode, on device
+    tokenizer: object              # a transformers PreTrainedTokenizerFast
+    readout: str                   # one of READOUTS
+    device: torch.device
+    dtype: torch.dtype
+    # Native JevAny prompts (pointer, lm_token): the five delimiter strings in
+    # order state, question, option-open, option-close, decide.
+    decision_tokens: tuple[str, ...] | None = None
+    head: torch.nn.Module | None = None          # PointerHead for readout "pointer"
+    verbalizer_ids: list[int] = field(default_factory=list)  # lm_token symbols, in order
+    temperature: float = 1.0
+    multimodal: bool = False
+    info: dict = field(default_factory=dict)     # extra facts for describe() (lora, checkpoint kind...)
+
+    @property
+    def config(self):
+        return self.causal_lm.config
+
+    @property
+    def backbone(self) -> torch.nn.Module:
+        """The decoder stack that returns final (normed) hidden states, without the LM head."""
+        return self.causal_lm.get_decoder()
+
+    @property
+    def model_type(self) -> str:
+        return self._text_config.model_type
+
+    @property
+    def _text_config(self):
+        cfg = self.config
+        return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
+
+    @property
+    def hybrid(self) -> bool:
+        """True when some layers are not full attention (e.g. Qwen3.5 Gated DeltaNet)."""
+        types = getattr(self._text_config, "layer_types", None) or []
+        return any(t != "full_attention" for t in types)
+
+    @property
+    def context_window(self) -> int:
+        return int(getattr(self._text_config, "max_position_embeddings", 1 << 30))
+
+    @property
+    def max_options(self) -> int:
+        return MAX_OPTIONS[self.readout]
