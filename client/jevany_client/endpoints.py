@@ -1,0 +1,41 @@
+"""Where the daemon listens by default, shared by the daemon and its clients.
+
+Defaults are ipc sockets in a per-user runtime directory, never TCP: a default
+socket must not be reachable from another user or from the network.
+"""
+
+import os
+from pathlib import Path
+
+ENDPOINT_ENV = "JEVANY_ENDPOINT"
+CONTROL_ENDPOINT_ENV = "JEVANY_CONTROL_ENDPOINT"
+_IPC = "ipc://"
+
+
+def runtime_dir() -> Path:
+    """$XDG_RUNTIME_DIR when it names a directory, else /tmp/jevany-UID."""
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg and os.path.isdir(xdg):
+        return Path(xdg)
+    return Path(f"/tmp/jevany-{os.getuid()}")
+
+
+def default_endpoint() -> str:
+    return os.environ.get(ENDPOINT_ENV) or f"{_IPC}{runtime_dir()}/jevany/daemon.sock"
+
+
+def default_control_endpoint() -> str:
+    return os.environ.get(CONTROL_ENDPOINT_ENV) or f"{_IPC}{runtime_dir()}/jevany/control.sock"
+
+
+def ipc_path(endpoint: str) -> Path | None:
+    """The socket file behind an ipc:// endpoint; None for other transports.
+
+    Linux abstract sockets (ipc://@name) have no file, so they give None too.
+    """
+    if not endpoint.startswith(_IPC):
+        return None
+    path = endpoint[len(_IPC) :]
+    if not path or path.startswith("@"):
+        return None
+    return Path(path)

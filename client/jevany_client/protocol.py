@@ -1,0 +1,254 @@
+"""Version 1 of the wire envelope: strict request decoding, replies, and packing."""
+
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from ._values import build_map, find_problem, shorten
+from .errors import (
+    InvalidMessageError,
+    InvalidRequestError,
+    JevanyError,
+    UnknownOpError,
+    UnsupportedVersionError,
+)
+
+PROTOCOL_VERSION = 1
+PUBLIC_OPS = ("decide", "ping", "status", "models")
+CONTROL_OPS = ("clear_cache", "drain", "reload")
+MAX_ID_BYTES = 256
+MAX_SAFE_INT = 2**53 - 1
+MAX_DEPTH = 64
+
+_REQUEST_KEYS = frozenset(("v", "id", "op", "body", "timeout_ms"))
+_OPS = frozenset(PUBLIC_OPS + CONTROL_OPS)
+
+
+@dataclass(frozen=True)
+class Request:
+    v: int
+    id: str | int
+    op: str
+    body: dict | None
+    timeout_ms: int | None
+
+
+class _ExtensionFound(Exception):
+    pass
+
+
+def _reject_extension(code: int, data: bytes) -> None:
+    raise _ExtensionFound(code)
+
+
+# unpackb sizes every str/bin/array/map limit from len(payload), so a header
+# cannot claim more than the payload holds; the C decoder also stops at 1024
+# levels of nesting with StackError instead of recursing. max_ext_len=0 makes
+# the timestamp extension (-1), which never reaches ext_hook, fail as well.
+_STRICT = dict(
+    raw=False,
+    strict_map_key=False,  # non-str keys are decoded so they can be reported by path
+    object_pairs_hook=build_map,
+    ext_hook=_reject_extension,
+    max_ext_len=0,
+)
+# Used only after the strict pass failed, to find an id worth echoing.
+_LENIENT = dict(
+    raw=False,
+    strict_map_key=False,
+    object_pairs_hook=build_map,
+    ext_hook=lambda code, data: None,
+    unicode_errors="surrogateescape",
+)
+
+
+def pack(obj: Any) -> bytes:
+    return msgpack.packb(obj, use_bin_type=True)
+
+
+def _unpack(payload: bytes) -> Any:
+    try:
+        return msgpack.unpackb(payload, **_STRICT)
+    except Exception as exc:  # the decoder raises many types; all mean the same here
+        raise InvalidMessageError(_decode_problem(exc), request_id=_salvage_id(payload)) from None
+
+
+def _decode_problem(exc: Exception) -> str:
+    if isinstance(exc, msgpack.ExtraData):
+        return "payload holds trailing bytes after one msgpack object"
+    if isinstance(exc, msgpack.StackError):
+        return "payload nests deeper than the msgpack decoder allows"
+    if isinstance(exc, _ExtensionFound) or "max_ext_len" in str(exc):
+        return "msgpack extension types are not allowed"
+    if isinstance(exc, UnicodeDecodeError):
+        return "a str value is not valid UTF-8"
+    return f"payload is not valid msgpack ({shorten(str(exc) or type(exc).__name__, 120)})"
+
+
+def _salvage_id(payload: bytes) -> str | int | None:
+    try:
+        obj = msgpack.unpackb(payload, **_LENIENT)
+    except msgpack.ExtraData as exc:
+        obj = exc.unpacked
+    except Exception:
+        return None
+    if isinstance(obj, dict) and _id_problem(obj.get("id")) is None:
+        return obj["id"]
+    return None
+
+
+def _id_problem(value: Any) -> str | None:
+    if type(value) is int:
+        return None if -MAX_SAFE_INT <= value <= MAX_SAFE_INT else "id is outside ±(2^53 − 1)"
+    if type(value) is not str:
+        return "id must be a str or an int"
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "id is not valid UTF-8"
+    return None if size <= MAX_ID_BYTES else f"id is longer than {MAX_ID_BYTES} bytes"
+
+
+def decode_request(payload: bytes) -> Request:
+    obj = _unpack(payload)
+    if not isinstance(obj, dict):
+        raise InvalidMessageError("message must be a msgpack map")
+    if "id" not in obj:
+        raise InvalidMessageError("message has no id")
+    problem = _id_problem(obj["id"])
+    if problem is not None:
+        raise InvalidMessageError(problem)
+    request_id = obj["id"]
+    # The version decides what the rest means, so it is checked before anything else.
+    v = _version(obj, request_id)
+    _check_envelope_keys(obj, request_id)
+    op = _op(obj, request_id)
+    body = _body(obj, op, request_id)
+    timeout_ms = _timeout(obj.get("timeout_ms"), request_id)
+    return Request(v=v, id=request_id, op=op, body=body, timeout_ms=timeout_ms)
+
+
+def _version(obj: dict, request_id: str | int) -> int:
+    if "v" not in obj:
+        raise InvalidMessageError("message has no v", request_id=request_id)
+    v = obj["v"]
+    if type(v) is not int:
+        raise InvalidMessageError("v must be an int", request_id=request_id)
+    if v != PROTOCOL_VERSION:
+        raise UnsupportedVersionError(
+            f"protocol version {v} is not supported; this side speaks {PROTOCOL_VERSION}",
+            request_id=request_id,
+        )
+    return v
+
+
+def _check_envelope_keys(obj: dict, request_id: str | int) -> None:
+    for key in obj:
+        if type(key) is not str:
+            raise InvalidMessageError("message keys must be strings", request_id=request_id)
+    # Rejected rather than ignored: a misspelt timeout_ms would otherwise vanish silently.
+    unknown = sorted(set(obj) - _REQUEST_KEYS)
+    if unknown:
+        shown = [shorten(k) for k in unknown[:10]]
+        raise InvalidMessageError(f"unknown message keys: {shown}", request_id=request_id)
+
+
+def _op(obj: dict, request_id: str | int) -> str:
+    if "op" not in obj:
+        raise InvalidMessageError("message has no op", request_id=request_id)
+    op = obj["op"]
+    if type(op) is not str:
+        raise InvalidMessageError("op must be a str", request_id=request_id)
+    if op not in _OPS:
+        raise UnknownOpError(f"unknown op {shorten(op)!r}", request_id=request_id)
+    return op
+
+
+def _body(obj: dict, op: str, request_id: str | int) -> dict | None:
+    body = obj.get("body")
+    if body is not None and not isinstance(body, dict):
+        raise InvalidRequestError("body must be a map", request_id=request_id)
+    if body is None and op == "decide":
+        raise InvalidRequestError("decide needs a body map", request_id=request_id)
+    return body
+
+
+def _timeout(value: Any, request_id: str | int) -> int | None:
+    if value is None:
+        return None
+    if type(value) is not int or not 0 <= value <= MAX_SAFE_INT:
+        raise InvalidRequestError(
+            f"timeout_ms must be an int from 0 to {MAX_SAFE_INT}", request_id=request_id
+        )
+    return value
+
+
+def encode_request(
+    id: str | int,
+    op: str,
+    body: dict | None = None,
+    timeout_ms: int | None = None,
+) -> bytes:
+    problem = _id_problem(id)
+    if problem is not None:
+        raise InvalidMessageError(problem)
+    message: dict[str, Any] = {"v": PROTOCOL_VERSION, "id": id, "op": op}
+    if body is not None:
+        message["body"] = body
+    if timeout_ms is not None:
+        message["timeout_ms"] = _timeout(timeout_ms, id)
+    return pack(message)
+
+
+def ok_reply(id: str | int | None, result: dict) -> dict:
+    return {"v": PROTOCOL_VERSION, "id": id, "ok": True, "result": result}
+
+
+def error_reply(id: str | int | None, err: JevanyError) -> dict:
+    return {"v": PROTOCOL_VERSION, "id": id, "ok": False, "error": err.to_wire()}
+
+
+def decode_reply(payload: bytes) -> dict:
+    reply = _unpack(payload)
+    if not isinstance(reply, dict):
+        raise InvalidMessageError("reply must be a msgpack map")
+    if "id" not in reply:
+        raise InvalidMessageError("reply has no id")
+    request_id = reply["id"]
+    if request_id is not None and _id_problem(request_id) is not None:
+        raise InvalidMessageError(f"reply id is invalid: {_id_problem(request_id)}")
+    v = reply.get("v")
+    if type(v) is not int:
+        raise InvalidMessageError("reply has no int v", request_id=request_id)
+    if v != PROTOCOL_VERSION:
+        raise UnsupportedVersionError(f"reply speaks protocol {v}", request_id=request_id)
+    _check_reply_shape(reply, request_id)
+    return reply
+
+
+def _check_reply_shape(reply: dict, request_id: str | int | None) -> None:
+    ok = reply.get("ok")
+    if type(ok) is not bool:
+        raise InvalidMessageError("reply ok must be a bool", request_id=request_id)
+    if ok and not isinstance(reply.get("result"), dict):
+        raise InvalidMessageError("ok reply has no result map", request_id=request_id)
+    if not ok and not _is_wire_error(reply.get("error")):
+        raise InvalidMessageError(
+            "error reply needs error {code: str, message: str, retryable: bool}",
+            request_id=request_id,
+        )
+    # Depth is left to the decoder's own bound: results echo request values
+    # (score legends) a few levels below where the request held them.
+    found = find_problem(reply, "reply", finite=False)
+    if found is not None:
+        raise InvalidMessageError(f"{found[0]}: {found[1]}", request_id=request_id)
+
+
+def _is_wire_error(error: Any) -> bool:
+    return (
+        isinstance(error, dict)
+        and type(error.get("code")) is str
+        and type(error.get("message")) is str
+        and type(error.get("retryable")) is bool
+    )
