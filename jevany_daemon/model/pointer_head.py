@@ -23,11 +23,16 @@ class PointerHead(nn.Module):
                 nn.Linear(head_dim, residual_dim), nn.GELU(), nn.Linear(residual_dim, 1)
             )
 
-    def forward(self, decide: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
-        """decide: [d]; options: [K, d] -> logits [K]. Inputs are cast to fp32 first."""
-        q = self.q(decide.float())
+    def forward(self, decide: torch.Tensor, options: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+        """Score many questions at once.
+
+        decide: [Q, d], one DECIDE state per question; options: [sum(counts), d],
+        the option-close states question by question; counts: [Q] options per
+        question. Returns [sum(counts)] logits. Hidden states are cast to fp32.
+        """
+        q = self.q(decide.float()).repeat_interleave(counts, dim=0)
         k = self.k(options.float())
-        logits = (k @ q) / math.sqrt(self.head_dim)
+        logits = (k * q).sum(-1) / math.sqrt(self.head_dim)
         if self.residual is not None:
             logits = logits + self.residual(k * q).squeeze(-1)
         return logits

@@ -1,0 +1,352 @@
+"""Load a decision model: a JevAny checkpoint (LoRA + head.pt) or a plain causal LM.
+
+Everything that can be checked without weights (readout, device, dtype) is
+checked first, so a bad setting fails in milliseconds rather than after a
+multi-gigabyte load. Every failure is a ModelLoadError naming the source.
+"""
+from __future__ import annotations
+
+import json
+import os
+import re
+import warnings
+from pathlib import Path
+
+import torch
+
+from jevany_daemon.model.checkpoint import HEAD_FILE, Meta, ModelLoadError, read_meta, resolve_decision_tokens
+from jevany_daemon.model.decision_model import READOUTS, DecisionModel
+from jevany_daemon.model.pointer_head import PointerHead
+
+__all__ = ["ModelLoadError", "default_model_id", "load_model", "parse_device", "parse_dtype"]
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+ATTN_IMPLEMENTATION = "sdpa"
+ADAPTER_CONFIG = "adapter_config.json"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*(@[\w./-]+)?$")
+_SPECIAL_IDS = {
+    "simplejev/jevany-qwen3.8-27b-lora": "jevany-qwen3.8-27b-lora",
+    "tianxinwei/jevany-27b-sft": "jevany-27b",
+    "tianxinwei/jevany-27b-rlcr": "jevany-27b",
+}
+
+
+def default_model_id(source: str) -> str:
+    """What replies name as "model" when the operator did not choose an id."""
+    path = split_revision(str(source).rstrip("/\\"))[0].rstrip("/\\")
+    parts = re.split(r"[/\\]", path)
+    if parts[-1] in ("", ".", ".."):
+        return Path(path or "/").resolve().name or "model"
+    return _SPECIAL_IDS.get("/".join(parts[-2:]).lower(), parts[-1])
+
+
+def split_revision(source: str) -> tuple[str, str | None]:
+    """'owner/name@rev' -> ('owner/name', 'rev'); anything without '@' has no revision."""
+    name, sep, rev = source.partition("@")
+    return (name, rev) if sep and rev else (source, None)
+
+
+def is_hub_id(source: str) -> bool:
+    return bool(_HUB_ID.match(source)) and not Path(source).expanduser().exists()
+
+
+def _valid_temperature(value) -> bool:
+    return isinstance(value, (int, float)) and 0 < value < float("inf")
+
+
+def parse_dtype(dtype: str) -> torch.dtype:
+    if dtype not in DTYPES:
+        raise ModelLoadError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
+    return DTYPES[dtype]
+
+
+def parse_device(device: str) -> torch.device:
+    """cpu, cuda or cuda:N, checked against the CUDA devices this process can see."""
+    match = re.fullmatch(r"cpu|cuda(?::(\d+))?", device)
+    if not match:
+        raise ModelLoadError(f"unknown device {device!r}; expected cpu, cuda or cuda:N")
+    if device == "cpu":
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ModelLoadError(f"device {device!r} requested but CUDA is not available to this process")
+    count = torch.cuda.device_count()
+    index = int(match.group(1)) if match.group(1) is not None else torch.cuda.current_device()
+    if index >= count:
+        raise ModelLoadError(f"device {device!r} requested but only {count} CUDA device(s) are visible")
+    return torch.device("cuda", index)
+
+
+def load_model(
+    source: str,
+    readout: str | None = None,
+    device: str = "cpu",
+    dtype: str = "fp32",
+    model_id: str | None = None,
+    temperature: float | None = None,
+) -> DecisionModel:
+    """Load SOURCE (a local directory or an owner/name[@rev] hub id) as a DecisionModel."""
+    source = str(source)
+    if not source.strip():
+        raise ModelLoadError("no model source given")
+    if readout is not None and readout not in READOUTS:
+        raise ModelLoadError(f"unknown readout {readout!r}; expected one of {', '.join(READOUTS)}")
+    if temperature is not None and not _valid_temperature(temperature):
+        raise ModelLoadError(f"temperature must be a positive finite number, got {temperature!r}")
+    torch_dtype = parse_dtype(dtype)
+    torch_device = parse_device(device)
+    kind, location, revision = _locate(source)
+    common = dict(source=source, model_id=model_id or default_model_id(source), device=torch_device,
+                  dtype=torch_dtype, temperature=temperature)
+    if kind == "checkpoint":
+        return _load_checkpoint(Path(location), readout, **common)
+    return _load_causal_lm(location, revision, readout, **common)
+
+
+# -- where the weights are -------------------------------------------------------------------
+
+def _locate(source: str) -> tuple[str, str, str | None]:
+    """('checkpoint' | 'causal-lm', local dir or hub repo, revision)."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return ("checkpoint" if (path / HEAD_FILE).is_file() else "causal-lm"), str(path), None
+    if path.exists():
+        raise ModelLoadError(f"model source is not a directory: {source}")
+    if not is_hub_id(source):
+        raise ModelLoadError(f"model does not exist: {source}")
+    repo, revision = split_revision(source)
+    snapshot = _hub_checkpoint(repo, revision)
+    if snapshot is not None:
+        return "checkpoint", snapshot, None
+    return "causal-lm", repo, revision
+
+
+def _hub_checkpoint(repo: str, revision: str | None) -> str | None:
+    """The local snapshot of a hub JevAny checkpoint, or None when the repo has no head.pt.
+
+    When the hub cannot be asked (offline, not cached) we cannot tell either,
+    so the plain causal-LM path gets its chance and reports the failure.
+    """
+    from huggingface_hub import hf_hub_download, snapshot_download
+    from huggingface_hub.errors import EntryNotFoundError
+
+    try:
+        hf_hub_download(repo, HEAD_FILE, revision=revision)
+    except EntryNotFoundError:  # includes LocalEntryNotFoundError: offline and not cached
+        return None
+    except Exception as exc:
+        raise ModelLoadError(f"cannot load {repo!r} from the Hugging Face hub: {exc}") from exc
+    try:
+        return snapshot_download(repo, revision=revision)
+    except Exception as exc:
+        raise ModelLoadError(f"cannot download checkpoint {repo!r} from the Hugging Face hub: {exc}") from exc
+
+
+def _resolve_base(meta: Meta, run_dir: Path) -> tuple[str, str | None]:
+    """(directory or hub id, revision) of the checkpoint's base model."""
+    mirror = os.environ.get("JEVANY_BASE_LOAD_PATH")
+    if mirror:
+        if not Path(mirror).expanduser().is_dir():
+            raise ModelLoadError(f"JEVANY_BASE_LOAD_PATH is not a directory: {mirror}")
+        return str(Path(mirror).expanduser()), None
+    for candidate in (run_dir / meta.base, Path(meta.base).expanduser()):
+        if candidate.is_dir():
+            return str(candidate), None
+    return meta.base, meta.base_revision
+
+
+# -- loading ---------------------------------------------------------------------------------
+
+def _from_pretrained(what: str, source: str, loader, location: str, **kwargs):
+    try:
+        return loader(location, **kwargs)
+    except Exception as exc:
+        where = "" if location == source else f" from {location!r}"
+        hint = "" if Path(location).is_dir() else " (not a local directory; tried the Hugging Face hub)"
+        raise ModelLoadError(f"cannot load {what} for {source!r}{where}{hint}: {exc}") from exc
+
+
+def _tokenizer(source: str, location: str, revision: str | None = None):
+    from transformers import AutoTokenizer
+
+    return _from_pretrained("the tokenizer", source, AutoTokenizer.from_pretrained, location, revision=revision)
+
+
+def _causal_lm(source: str, location: str, dtype: torch.dtype, revision: str | None = None):
+    from transformers import AutoModelForCausalLM
+
+    return _from_pretrained(
+        "the model", source, AutoModelForCausalLM.from_pretrained, location,
+        revision=revision, dtype=dtype, attn_implementation=ATTN_IMPLEMENTATION,
+    )
+
+
+def _freeze(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    module = module.to(device)
+    module.eval()
+    for param in module.parameters():
+        param.requires_grad_(False)
+    return module
+
+
+def _cast_parameters(causal_lm, dtype: torch.dtype) -> None:
+    """Cast as from_pretrained(dtype=...) does: parameters only, so fp32 buffers such as the
+    RoPE inv_freq stay exact, and modules the model keeps in fp32 stay fp32."""
+    keep = set(getattr(causal_lm, "_keep_in_fp32_modules_strict", None) or ())
+    if dtype == torch.float16:
+        keep |= set(getattr(causal_lm, "_keep_in_fp32_modules", None) or ())
+    pattern = re.compile("|".join(re.escape(k) for k in sorted(keep))) if keep else None
+    for name, param in causal_lm.named_parameters():
+        if param.is_floating_point() and not (pattern and pattern.search(name)):
+            param.data = param.data.to(dtype)
+
+
+def _attn_implementation(causal_lm) -> str | None:
+    return getattr(causal_lm.config, "_attn_implementation", None)
+
+
+def _load_causal_lm(location, revision, readout, *, source, model_id, device, dtype, temperature):
+    if readout not in (None, "choice"):
+        raise ModelLoadError(
+            f"{source!r} is a plain causal LM (no {HEAD_FILE}); it supports only the choice readout, "
+            f"not {readout!r}"
+        )
+    tokenizer = _tokenizer(source, location, revision)
+    causal_lm = _freeze(_causal_lm(source, location, dtype, revision), device)
+    return DecisionModel(
+        model_id=model_id, source=source, causal_lm=causal_lm, tokenizer=tokenizer, readout="choice",
+        device=device, dtype=dtype, temperature=1.0 if temperature is None else float(temperature),
+        info={"kind": "causal-lm", "base": location, "revision": revision,
+              "attn_implementation": _attn_implementation(causal_lm)},
+    )
+
+
+def _load_checkpoint(run_dir: Path, readout, *, source, model_id, device, dtype, temperature):
+    meta = read_meta(run_dir)
+    _check_meta(meta, readout, temperature, source)
+    base, base_revision = _resolve_base(meta, run_dir)
+    if meta.tokenizer_saved:
+        tokenizer = _tokenizer(source, str(run_dir))
+    else:
+        tokenizer = _tokenizer(source, base, base_revision)
+    decision_tokens = resolve_decision_tokens(tokenizer)
+    verbalizer_ids = _verbalizer_ids(meta, tokenizer) if meta.decision_mode == "lm_token" else []
+    causal_lm = _causal_lm(source, base, torch.float32, base_revision)
+    if len(tokenizer) > causal_lm.get_input_embeddings().num_embeddings:
+        # Tokens JevAny added in training; their trained rows come with the adapter.
+        causal_lm.resize_token_embeddings(len(tokenizer))
+    if meta.lora > 0:
+        _merge_adapter(causal_lm, run_dir, meta, source)
+    if dtype != torch.float32:
+        _cast_parameters(causal_lm, dtype)
+    causal_lm = _freeze(causal_lm, device)
+    head = _pointer_head(meta, causal_lm, device, source) if meta.decision_mode == "pointer" else None
+    return DecisionModel(
+        model_id=model_id, source=source, causal_lm=causal_lm, tokenizer=tokenizer,
+        readout=meta.decision_mode, device=device, dtype=dtype, decision_tokens=decision_tokens,
+        head=head, verbalizer_ids=verbalizer_ids,
+        temperature=float(meta.temperature if temperature is None else temperature),
+        multimodal=meta.multimodal,
+        info={
+            "kind": "jevany-checkpoint", "base": base, "base_revision": base_revision, "lora": meta.lora,
+            "head_type": meta.head_type if meta.decision_mode == "pointer" else None,
+            "branch_mode": meta.branch_mode, "option_isolation": meta.option_isolation,
+            "weights_dtype": meta.weights_dtype, "verbalizers": len(verbalizer_ids),
+            "attn_implementation": _attn_implementation(causal_lm),
+        },
+    )
+
+
+def _check_meta(meta: Meta, readout: str | None, temperature: float | None, source: str) -> None:
+    if meta.decision_mode not in ("pointer", "lm_token"):
+        raise ModelLoadError(f"{source!r}: unknown decision_mode {meta.decision_mode!r} in {HEAD_FILE}")
+    if readout is not None and readout != meta.decision_mode:
+        raise ModelLoadError(
+            f"{source!r} is a JevAny {meta.decision_mode} checkpoint; readout {readout!r} was requested"
+        )
+    if temperature is None and not _valid_temperature(meta.temperature):
+        raise ModelLoadError(f"{source!r}: temperature in {HEAD_FILE} must be positive and finite, "
+                             f"got {meta.temperature!r}")
+    if meta.multimodal:
+        raise ModelLoadError(f"{source!r} is a multimodal JevAny checkpoint; multimodal models are not supported yet")
+    if meta.decision_mode == "pointer" and not meta.head:
+        raise ModelLoadError(f"{source!r}: pointer checkpoint has no head weights in {HEAD_FILE}")
+    if meta.decision_mode == "lm_token" and not meta.verbalizers:
+        raise ModelLoadError(f"{source!r}: lm_token checkpoint has no verbalizers in {HEAD_FILE}")
+
+
+def _verbalizer_ids(meta: Meta, tokenizer) -> list[int]:
+    ids = []
+    for symbol in meta.verbalizers:
+        encoded = tokenizer.encode(symbol, add_special_tokens=False)
+        if len(encoded) != 1:
+            raise ModelLoadError(f"verbalizer {symbol!r} is {len(encoded)} tokens for this tokenizer, not one")
+        ids.append(encoded[0])
+    if len(set(ids)) != len(ids):
+        raise ModelLoadError("verbalizers map to repeated token ids")
+    return ids
+
+
+def _lora_config(run_dir: Path, meta: Meta):
+    """JevAny's rule: rank from head.pt, alpha = 2 x rank, the rest from adapter_config.json."""
+    from peft import LoraConfig
+
+    path = run_dir / ADAPTER_CONFIG
+    try:
+        saved = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise ModelLoadError(f"cannot read {path}: {exc}") from exc
+    targets = saved.get("target_modules")
+    if isinstance(targets, list):
+        targets = sorted(targets)
+    return LoraConfig(
+        task_type="FEATURE_EXTRACTION",
+        r=meta.lora,
+        lora_alpha=2 * meta.lora,
+        lora_dropout=float(saved.get("lora_dropout") or 0.0),
+        target_modules=targets,
+        bias=saved.get("bias", "none"),
+        use_rslora=bool(saved.get("use_rslora", False)),
+        use_dora=bool(saved.get("use_dora", False)),
+        trainable_token_indices=saved.get("trainable_token_indices"),
+    )
+
+
+def _merge_adapter(causal_lm, run_dir: Path, meta: Meta, source: str) -> None:
+    """Apply the LoRA to the decoder backbone (what JevAny trains) and merge it in place, in fp32."""
+    from peft import get_peft_model, set_peft_model_state_dict
+    from safetensors.torch import load_file
+
+    weights = run_dir / ADAPTER_WEIGHTS
+    if not weights.is_file():
+        raise ModelLoadError(f"{source!r}: {HEAD_FILE} says lora={meta.lora} but {weights} is missing")
+    backbone = causal_lm.get_decoder()
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", FutureWarning)
+            peft_model = get_peft_model(backbone, _lora_config(run_dir, meta))
+        result = set_peft_model_state_dict(peft_model, load_file(weights))
+        missing = [k for k in result.missing_keys if "lora_" in k]
+        if result.unexpected_keys or missing:
+            raise ModelLoadError(
+                f"adapter does not match the base model: unexpected {result.unexpected_keys[:5]}, "
+                f"missing {missing[:5]}"
+            )
+        merged = peft_model.merge_and_unload()
+    except ModelLoadError as exc:
+        raise ModelLoadError(f"{source!r}: {exc}") from exc
+    except Exception as exc:
+        raise ModelLoadError(f"{source!r}: cannot apply the LoRA adapter: {exc}") from exc
+    if merged is not backbone:
+        causal_lm.set_decoder(merged)
+
+
+def _pointer_head(meta: Meta, causal_lm, device: torch.device, source: str) -> PointerHead:
+    hidden = causal_lm.get_input_embeddings().weight.shape[1]
+    head = PointerHead(hidden, meta.head_dim, meta.head_residual_dim)
+    try:
+        head.load_state_dict(meta.head, strict=True)
+    except Exception as exc:
+        raise ModelLoadError(f"{source!r}: pointer head does not match {HEAD_FILE} metadata: {exc}") from exc
+    return _freeze(head, device)

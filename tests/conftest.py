@@ -1,0 +1,59 @@
+"""Shared fixtures: tiny models built once per session.
+
+torch is imported lazily so client tests stay torch-free.
+"""
+import os
+
+import pytest
+
+# No test may reach the network; set before transformers / huggingface_hub are imported.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+TEST_THREADS = min(2, os.cpu_count() or 1)
+
+
+def _set_threads():
+    import torch
+
+    if torch.get_num_threads() != TEST_THREADS:
+        torch.set_num_threads(TEST_THREADS)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """tiny_model(arch="qwen3", readout="choice", seed=0) -> directory, built once per session."""
+    cache = {}
+
+    def build(arch="qwen3", readout="choice", seed=0):
+        key = (arch, readout, seed)
+        if key not in cache:
+            from jevany_daemon.model.tiny import build_tiny_model
+
+            _set_threads()
+            out = tmp_path_factory.mktemp(f"tiny-{arch}-{readout}-{seed}")
+            cache[key] = build_tiny_model(out, arch=arch, readout=readout, seed=seed)
+        return cache[key]
+
+    return build
+
+
+@pytest.fixture(scope="session")
+def loaded_model(tiny_model):
+    """loaded_model(arch="qwen3", readout="choice") -> DecisionModel (fp32, cpu), shared by the session.
+
+    Shared: tests must not modify the model they get.
+    """
+    cache = {}
+
+    def load(arch="qwen3", readout="choice"):
+        key = (arch, readout)
+        if key not in cache:
+            from jevany_daemon.model.loading import load_model
+
+            _set_threads()
+            cache[key] = load_model(str(tiny_model(arch, readout)), device="cpu", dtype="fp32")
+        return cache[key]
+
+    return load
