@@ -1,0 +1,27 @@
+"""Engine settings: one frozen dataclass, validated on construction so a bad value fails before weights load."""
+from dataclasses import dataclass
+
+LAYOUTS = ("auto", "rows", "packed")
+
+
+@dataclass(frozen=True)
+class EngineConfig:
+    max_batch_size: int = 1          # 1 = every request scored alone (the seed's default)
+    max_packed_tokens: int = 8192    # padded tokens one forward pass may allocate
+    max_state_tokens: int = 8192     # capped by the model's context window
+    max_branch_tokens: int = 8192    # state + one question's branch; capped likewise
+    layout: str = "auto"             # auto = packed where proven equal to rows, else rows
+    # Padding a batch may waste, as a fraction of its padded tokens. A request
+    # joins a batch only while the batch stays under this; the oldest request
+    # always goes, so nothing starves. 1.0 disables the check.
+    max_padding_waste: float = 0.5
+
+    def __post_init__(self):
+        for name in ("max_batch_size", "max_packed_tokens", "max_state_tokens", "max_branch_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        if self.layout not in LAYOUTS:
+            raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+        if not 0.0 <= self.max_padding_waste <= 1.0:
+            raise ValueError(f"max_padding_waste must be between 0 and 1, got {self.max_padding_waste!r}")

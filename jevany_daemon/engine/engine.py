@@ -1,0 +1,280 @@
+"""The decision engine: admit → take a batch → score → shape answers. No sockets.
+
+The same object serves in-process callers (``decide`` from any number of
+threads, batched by group commit) and the daemon's worker (``score`` on a
+list of requests the supervisor handed over at once).
+"""
+import json
+import threading
+import time
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import torch
+
+from jevany_client.answers import shape_answer
+from jevany_client.errors import (
+    InternalError,
+    InvalidRequestError,
+    JevanyError,
+    UnknownModelError,
+    UnsupportedMediaError,
+    ContextLengthError,
+)
+from jevany_client.schema import DecisionRequest, parse_decision
+
+from jevany_daemon.config import EngineConfig
+from jevany_daemon.model.decision_model import DecisionModel
+
+from .batching import BatchLimits, GroupCommit, Pending, drain
+from .layouts import PACKED_PROVEN, PackedLayout, RowsLayout
+from .prompts import ChoiceEncoder, Encoded, Limits, NativeEncoder
+from .readouts import make_readout
+
+LATEST_ALIAS = "jevany-latest"
+
+
+@dataclass(eq=False)
+class Admitted:
+    """A validated, encoded request, ready to join a batch."""
+    request: DecisionRequest
+    encoded: Encoded
+
+
+@dataclass(frozen=True)
+class BatchRecord:
+    """One forward pass, as observers and statistics see it."""
+    size: int
+    padded_tokens: int
+    real_tokens: int
+    latency_ms: float
+    ok: bool
+
+
+@dataclass
+class BatchStats:
+    batches: int = 0
+    requests: int = 0
+    padded_tokens: int = 0
+    real_tokens: int = 0
+    retried_alone: int = 0
+    histogram: Counter = field(default_factory=Counter)
+
+    def record(self, rec: BatchRecord) -> None:
+        self.batches += 1
+        self.requests += rec.size
+        self.padded_tokens += rec.padded_tokens
+        self.real_tokens += rec.real_tokens
+        self.histogram[rec.size] += 1
+
+    def as_dict(self) -> dict:
+        return {
+            "batches": self.batches,
+            "requests": self.requests,
+            "mean_batch_size": self.requests / self.batches if self.batches else 0.0,
+            "batch_size_histogram": {str(k): v for k, v in sorted(self.histogram.items())},
+            "padded_tokens": self.padded_tokens,
+            "padding_waste": 1 - self.real_tokens / self.padded_tokens if self.padded_tokens else 0.0,
+            "retried_alone": self.retried_alone,
+        }
+
+
+def choose_layout(model: DecisionModel, wanted: str):
+    packable = model.model_type in PACKED_PROVEN and not model.hybrid
+    if wanted == "packed" and not packable:
+        raise ValueError(
+            f"packed layout is not proven for {model.model_type}"
+            f"{' (hybrid recurrent layers)' if model.hybrid else ''}; use rows"
+        )
+    if wanted == "rows" or not packable:
+        return RowsLayout()
+    return PackedLayout()
+
+
+class Engine:
+    def __init__(
+        self,
+        model: DecisionModel,
+        config: EngineConfig = EngineConfig(),
+        observer: Callable[[BatchRecord], None] | None = None,
+    ):
+        self.model, self.config, self.observer = model, config, observer
+        self.layout = choose_layout(model, config.layout)
+        self.readout = make_readout(model)
+        self.encoder = _make_encoder(model)
+        window = model.context_window
+        self.limits = Limits(min(config.max_state_tokens, window), min(config.max_branch_tokens, window), window)
+        self.batch_limits = BatchLimits(config.max_batch_size, config.max_packed_tokens, config.max_padding_waste)
+        self.stats = BatchStats()
+        self.pad_id = _pad_id(model.tokenizer)
+        self._tokenizer_lock = threading.Lock()   # fast tokenizers are not safe to share across threads
+        self._commit = GroupCommit(self.batch_limits, self._run_pending)
+
+    # --- admit -----------------------------------------------------------
+
+    def admit(self, body: Any) -> Admitted:
+        """Validate and encode; raises the typed error the caller should get."""
+        request = body if isinstance(body, DecisionRequest) else parse_decision(body)
+        self._check_model(request)
+        if request.media and not self.model.multimodal:
+            raise UnsupportedMediaError("checkpoint does not support media")
+        for q in request.questions:
+            if q.n_options > self.readout.max_options:
+                raise InvalidRequestError(
+                    f"questions.{q.qid}: the {self.model.readout} readout supports at most "
+                    f"{self.readout.max_options} options, got {q.n_options}"
+                )
+        with self._tokenizer_lock:
+            encoded = self.encoder.encode(request, self.limits)
+        rows, width = self.layout.shape(encoded)
+        if rows * width > self.config.max_packed_tokens:
+            raise ContextLengthError(f"request exceeds {self.config.max_packed_tokens} packed tokens: {rows * width}")
+        return Admitted(request, encoded)
+
+    def _check_model(self, request: DecisionRequest) -> None:
+        if request.model not in (None, self.model.model_id, LATEST_ALIAS):
+            raise UnknownModelError(
+                f"unknown model {request.model!r}; this deployment serves {self.model.model_id!r}"
+            )
+
+    def pending(self, admitted: Admitted) -> Pending:
+        rows, width = self.layout.shape(admitted.encoded)
+        return Pending(admitted, rows, width, self.layout.real_tokens(admitted.encoded),
+                       alone=bool(admitted.request.media))
+
+    # --- the two ways in -------------------------------------------------
+
+    def decide(self, body: Any) -> dict:
+        """Score one request, sharing a forward pass with concurrent callers. Thread-safe."""
+        pending = self._commit.submit(self.pending(self.admit(body)))
+        if isinstance(pending.outcome, JevanyError):
+            raise pending.outcome
+        return pending.outcome
+
+    def score(self, admitted: list[Admitted]) -> list[dict | JevanyError]:
+        """Score requests handed over together, in as few passes as the limits allow. One thread."""
+        pendings = [self.pending(a) for a in admitted]
+        drain(deque(pendings), self.batch_limits, self._run_pending)
+        return [p.outcome for p in pendings]
+
+    # --- score -----------------------------------------------------------
+
+    def _run_pending(self, batch: list[Pending]) -> None:
+        outcomes = self.run_batch([p.item for p in batch])
+        for p, outcome in zip(batch, outcomes):
+            p.outcome, p.done = outcome, True
+
+    def run_batch(self, batch: list[Admitted]) -> list[dict | JevanyError]:
+        """One forward pass; if it fails, each request again alone so the error stays with its cause."""
+        try:
+            return self._forward(batch)
+        except Exception as exc:   # noqa: BLE001 - any failure becomes a typed per-request error
+            if len(batch) == 1:
+                return [_as_jevany_error(exc)]
+        self.stats.retried_alone += len(batch)
+        return [self.run_batch([a])[0] for a in batch]
+
+    def _forward(self, batch: list[Admitted]) -> list[dict]:
+        encs = [a.encoded for a in batch]
+        model = self.model
+        inputs = self.layout.build(encs, self.pad_id, model.device, model.dtype)
+        real = sum(self.layout.real_tokens(e) for e in encs)
+        counts = [q.n_options for a in batch for q in a.request.questions]
+        _sync(model.device)   # latency is the forward pass alone, between device syncs
+        started = time.perf_counter()
+        ok = False
+        try:
+            with torch.inference_mode():
+                hidden = self._hidden(inputs)
+                gathered = hidden.reshape(-1, hidden.shape[-1]).index_select(0, inputs.gather)
+                probs = self.readout.probabilities(gathered, counts)
+            _sync(model.device)
+            ok = True
+        finally:
+            latency = round((time.perf_counter() - started) * 1000, 1)
+            rec = BatchRecord(len(batch), inputs.padded_tokens, real, latency, ok)
+            self.stats.record(rec)
+            if self.observer is not None:
+                self.observer(rec)
+        results, at = [], 0
+        for a in batch:
+            n = len(a.request.questions)
+            results.append(self._result(a, probs[at: at + n], latency, len(batch), inputs.padded_tokens))
+            at += n
+        return results
+
+    def _hidden(self, inputs) -> torch.Tensor:
+        out = self.model.backbone(
+            input_ids=inputs.input_ids,
+            attention_mask=inputs.attention_mask,
+            position_ids=inputs.position_ids,
+            use_cache=False,
+        )
+        return out.last_hidden_state
+
+    def _result(self, admitted: Admitted, probs, latency_ms, size, padded) -> dict:
+        answers = {q.qid: shape_answer(q, p) for q, p in zip(admitted.request.questions, probs)}
+        return {
+            "model": self.model.model_id,
+            "answers": answers,
+            "usage": {"input_tokens": admitted.encoded.input_tokens, "output_tokens": self._count(answers)},
+            "latency_ms": latency_ms,
+            "batch": {"size": size, "padded_tokens": padded},
+        }
+
+    def _count(self, answers: dict) -> int:
+        # JevAny's accounting: the JSON of the answers, default separators, ASCII escaping.
+        with self._tokenizer_lock:
+            return len(self.model.tokenizer(json.dumps(answers), add_special_tokens=False)["input_ids"])
+
+    # --- describe --------------------------------------------------------
+
+    def describe(self) -> dict:
+        m = self.model
+        return {
+            "id": m.model_id,
+            "aliases": [] if m.model_id == LATEST_ALIAS else [LATEST_ALIAS],
+            "source": m.source,
+            "readout": m.readout,
+            "layout": self.layout.name,
+            "device": str(m.device),
+            "dtype": str(m.dtype).removeprefix("torch."),
+            "context_window": m.context_window,
+            "max_options": self.readout.max_options,
+            "limits": {
+                "max_state_tokens": self.limits.state,
+                "max_branch_tokens": self.limits.branch,
+                "max_packed_tokens": self.config.max_packed_tokens,
+                "max_batch_size": self.config.max_batch_size,
+            },
+            "prefix_cache": {"enabled": False, "size": 0, "hits": 0, "misses": 0},
+            "batching": self.stats.as_dict(),
+        }
+
+
+def _make_encoder(model: DecisionModel):
+    if model.readout == "choice":
+        return ChoiceEncoder(model.tokenizer)
+    symbols = None
+    if model.readout == "lm_token":
+        symbols = [model.tokenizer.decode([i]) for i in model.verbalizer_ids]
+    return NativeEncoder(model.tokenizer, model.decision_tokens, symbols)
+
+
+def _pad_id(tokenizer) -> int:
+    for candidate in (tokenizer.pad_token_id, tokenizer.eos_token_id):
+        if candidate is not None:
+            return candidate
+    return 0
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def _as_jevany_error(exc: Exception) -> JevanyError:
+    if isinstance(exc, JevanyError):
+        return exc
+    return InternalError(f"scoring failed: {type(exc).__name__}: {exc}")

@@ -1,0 +1,215 @@
+"""How a decision request becomes tokens: native JevAny delimiters, or a choice-token chat prompt.
+
+Both encoders produce the same shape, an ``Encoded``: a prefix every question
+shares, then one branch per question with the positions its readout reads.
+The layouts (rows, packed) only ever see that shape, so any prompt runs in
+any layout.
+"""
+import json
+import re
+import string
+from dataclasses import dataclass
+
+from jevany_client.errors import ContextLengthError
+from jevany_client.render import native_options, render
+from jevany_client.schema import DecisionRequest, Question
+
+# Option IDs of the choice-token readout: A-Z then a-z.
+CHOICE_IDS = string.ascii_uppercase + string.ascii_lowercase
+
+CHOICE_SYSTEM_PROMPT = (
+    "You are a calibration engine. You never answer in prose. You are given a state, a question "
+    "and a numbered set of options, and you choose exactly one option. You reply with that "
+    "option's case-sensitive ID and nothing else \u2014 a single character, no words, no "
+    "punctuation, no explanation."
+)
+CHOICE_ANSWER_LINE = "Answer with the case-sensitive ID of exactly one option, and nothing else:"
+
+_NAMED_SPECIAL = re.compile(r"<\|([A-Za-z0-9_]+)\|>")
+
+
+@dataclass(frozen=True)
+class Branch:
+    tokens: tuple[int, ...]
+    readout: tuple[int, ...]   # positions inside the branch whose hidden states the readout reads
+
+
+@dataclass(frozen=True)
+class Encoded:
+    prefix: tuple[int, ...]    # shared by every question (the state, or the common chat prefix)
+    branches: tuple[Branch, ...]
+    input_tokens: int          # what usage reports (JevAny's accounting, per prompt style)
+
+    @property
+    def row_lengths(self) -> list[int]:
+        return [len(self.prefix) + len(b.tokens) for b in self.branches]
+
+    @property
+    def packed_length(self) -> int:
+        return len(self.prefix) + sum(len(b.tokens) for b in self.branches)
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Token limits in force, already capped by the context window."""
+    state: int
+    branch: int
+    window: int
+
+
+def escape_named_specials(text: str) -> str:
+    # <|name|> can never reach the tokenizer intact, whatever the vocabulary holds.
+    return _NAMED_SPECIAL.sub("<\u00a6\\1\u00a6>", text)
+
+
+def _defuse(token: str, first: str, replacement: str) -> str:
+    return token.replace(first, replacement, 1)
+
+
+class NativeEncoder:
+    """JevAny's packed record: [STATE] state, then per question [Q] instr ([OPT] opt [/OPT])* [DECIDE]."""
+
+    def __init__(self, tokenizer, decision_tokens: tuple[str, ...], symbols: list[str] | None = None):
+        self.tokenizer = tokenizer
+        ids = [tokenizer.convert_tokens_to_ids(t) for t in decision_tokens]
+        self.state_id, self.question_id, self.open_id, self.close_id, self.decide_id = ids
+        self.delimiters = decision_tokens
+        self.symbols = symbols    # lm_token: option i is written "SYM_i: option"
+
+    def safe_text(self, text: str) -> str:
+        text = escape_named_specials(text)
+        for token in self.delimiters:
+            text = text.replace(token, _defuse(_defuse(token, "<", "<\u00a6"), ">", "\u00a6>"))
+        return text
+
+    def _tokens(self, text: str) -> list[int]:
+        if not text:
+            return []
+        return self.tokenizer(self.safe_text(text), add_special_tokens=False)["input_ids"]
+
+    def encode(self, request: DecisionRequest, limits: Limits) -> Encoded:
+        prefix = [self.state_id, *self._tokens(render(request.state))]
+        if len(prefix) > limits.state:
+            raise ContextLengthError(f"state exceeds {limits.state} tokens: {len(prefix)}")
+        branches = tuple(self._branch(q, len(prefix), limits) for q in request.questions)
+        # JevAny counts the packed encoding as input, whichever layout runs it.
+        return Encoded(tuple(prefix), branches, len(prefix) + sum(len(b.tokens) for b in branches))
+
+    def _branch(self, question: Question, state_len: int, limits: Limits) -> Branch:
+        tokens = [self.question_id, *self._tokens(render(question.instructions))]
+        closes = []
+        for i, option in enumerate(native_options(question)):
+            if self.symbols is not None:
+                option = f"{self.symbols[i]}: {option}"
+            tokens += [self.open_id, *self._tokens(option), self.close_id]
+            closes.append(len(tokens) - 1)
+        tokens.append(self.decide_id)
+        _check_row(state_len + len(tokens), limits)
+        decide = len(tokens) - 1
+        readout = (decide, *closes) if self.symbols is None else (decide,)
+        return Branch(tuple(tokens), readout)
+
+
+def _check_row(length: int, limits: Limits) -> None:
+    if length > limits.branch:
+        raise ContextLengthError(f"branch too long: {length} tokens (limit: {limits.branch})")
+    if length > limits.window:
+        raise ContextLengthError(f"request exceeds backbone context window of {limits.window} tokens")
+
+
+class ChoiceEncoder:
+    """The training-free choice-token prompt: one chat prompt per question, read at its last token.
+
+    Questions of one request share everything up to where their prompts first
+    differ; that common prefix becomes the shared part so the packed layout
+    can run it once.
+    """
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.chat = bool(getattr(tokenizer, "chat_template", None))
+        self.specials = sorted(
+            (t for t in tokenizer.all_special_tokens if t[:1] in ("<", "[")), key=len, reverse=True
+        )
+
+    def safe_text(self, text: str) -> str:
+        text = escape_named_specials(text)
+        for token in self.specials:
+            text = text.replace(token, {"<": "\u2039", "[": "\uff3b"}[token[0]] + token[1:])
+        return text
+
+    def prompt(self, request: DecisionRequest, question: Question) -> str:
+        user = "\n".join([
+            self.safe_text(_as_text(request.state, indent=1)).rstrip(),
+            "",
+            self.safe_text(_as_text(question.instructions)).rstrip(),
+            "",
+            "Options:",
+            *(f"{CHOICE_IDS[i]}. {self.safe_text(d)}" for i, d in enumerate(choice_descriptions(question))),
+            "",
+            CHOICE_ANSWER_LINE,
+        ])
+        if not self.chat:
+            return f"{CHOICE_SYSTEM_PROMPT}\n\n{user}\n"
+        messages = [{"role": "system", "content": CHOICE_SYSTEM_PROMPT}, {"role": "user", "content": user}]
+        return self.tokenizer.apply_chat_template(
+            messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
+        )
+
+    def encode(self, request: DecisionRequest, limits: Limits) -> Encoded:
+        prompts = [
+            self.tokenizer(self.prompt(request, q), add_special_tokens=False)["input_ids"]
+            for q in request.questions
+        ]
+        for p in prompts:
+            # The answer token must fit too, as JevAny counts it.
+            need, limit = len(p) + 1, min(limits.branch, limits.window)
+            if need > limit:
+                raise ContextLengthError(f"choice prompt needs {need} tokens including the answer; limit {limit}")
+        shared = _common_prefix_length(prompts)
+        branches = tuple(Branch(tuple(p[shared:]), (len(p) - shared - 1,)) for p in prompts)
+        return Encoded(tuple(prompts[0][:shared]), branches, sum(len(p) for p in prompts))
+
+
+def _common_prefix_length(prompts: list[list[int]]) -> int:
+    # Every branch keeps at least its last token, the one the readout reads.
+    limit = min(len(p) for p in prompts) - 1
+    first = prompts[0]
+    n = 0
+    while n < limit and all(p[n] == first[n] for p in prompts):
+        n += 1
+    return n
+
+
+def _as_text(value, indent=None) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, str):
+        return value
+    return json.dumps(value, indent=indent, ensure_ascii=False)
+
+
+def choice_descriptions(question: Question) -> list[str]:
+    if question.type == "choice":
+        return [_described(key, desc) for key, desc in question.criteria.items()]
+    if question.type == "score":
+        return [
+            f"Level {i}" if _blank(level) else _as_text(level) for i, level in enumerate(question.criteria)
+        ]
+    criteria = question.criteria or {}
+    return [
+        "No" if _blank(criteria.get("false")) else _as_text(criteria["false"]),
+        "Yes" if _blank(criteria.get("true")) else _as_text(criteria["true"]),
+    ]
+
+
+def _described(key: str, desc) -> str:
+    if _blank(desc):
+        return key
+    if isinstance(desc, str):
+        return desc
+    return f"{key}: {_as_text(desc)}"
+
+
+def _blank(value) -> bool:
+    return value is None or (isinstance(value, str) and not value.strip())

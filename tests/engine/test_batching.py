@@ -1,0 +1,132 @@
+"""Batch selection and group commit, on shapes alone (no model)."""
+import threading
+import time
+from collections import deque
+
+from jevany_client.errors import InternalError
+from jevany_daemon.engine.batching import BatchLimits, GroupCommit, Pending, drain, take_batch
+
+
+def P(width, rows=1, real=None, alone=False, name=None):
+    return Pending(name, rows, width, rows * width if real is None else real, alone=alone)
+
+
+def test_oldest_always_goes_first_even_when_others_fit_better():
+    q = deque([P(100, name="old"), P(10, name="a"), P(10, name="b")])
+    batch = take_batch(q, BatchLimits(8, 10_000, 1.0))
+    assert batch[0].item == "old"
+    assert len(batch) == 3 and not q
+
+
+def test_batch_size_limit():
+    q = deque(P(10, name=i) for i in range(20))
+    batch = take_batch(q, BatchLimits(8, 10_000, 1.0))
+    assert [p.item for p in batch] == list(range(8))
+    assert [p.item for p in q] == list(range(8, 20))
+
+
+def test_padded_token_limit_counts_rows_times_longest_width():
+    # head: 2 rows x 50 = 100; + (1 row x 60) -> 3 x 60 = 180 > 150, skipped; + (1 x 40) -> 3 x 50 = 150 fits
+    q = deque([P(50, rows=2, name="h"), P(60, name="wide"), P(40, name="narrow")])
+    batch = take_batch(q, BatchLimits(8, 150, 1.0))
+    assert [p.item for p in batch] == ["h", "narrow"]
+    assert [p.item for p in q] == ["wide"]
+    assert sum(p.rows for p in batch) * max(p.width for p in batch) <= 150
+
+
+def test_prefers_similar_widths_then_arrival_order():
+    q = deque([P(100, name="h"), P(20, name="far"), P(95, name="near1"), P(105, name="near2"), P(98, name="near3")])
+    batch = take_batch(q, BatchLimits(3, 10_000, 1.0))
+    assert [p.item for p in batch] == ["h", "near3", "near1"]
+    assert [p.item for p in q] == ["far", "near2"]
+
+
+def test_waste_cap_keeps_uneven_requests_apart():
+    q = deque([P(400, name="long"), P(40, name="short")])
+    batch = take_batch(q, BatchLimits(8, 10_000, 0.25))
+    # together: 2 x 400 = 800 padded for 440 real -> 45% waste > 25%
+    assert [p.item for p in batch] == ["long"]
+    assert [p.item for p in q] == ["short"]
+
+
+def test_waste_cap_allows_joins_that_do_not_add_waste():
+    # the head alone already wastes 50% (two rows of different lengths); an equal-width row adds none
+    q = deque([P(100, rows=2, real=100, name="h"), P(100, name="same")])
+    batch = take_batch(q, BatchLimits(8, 10_000, 0.1))
+    assert [p.item for p in batch] == ["h", "same"]
+
+
+def test_alone_requests_run_alone():
+    q = deque([P(10, alone=True, name="m"), P(10, name="a"), P(10, alone=True, name="m2"), P(10, name="b")])
+    assert [p.item for p in take_batch(q, BatchLimits(8, 10_000, 1.0))] == ["m"]
+    assert [p.item for p in take_batch(q, BatchLimits(8, 10_000, 1.0))] == ["a", "b"]
+    assert [p.item for p in take_batch(q, BatchLimits(8, 10_000, 1.0))] == ["m2"]
+
+
+def test_drain_scores_everything_and_marks_unscored_items_failed():
+    q = deque(P(10, name=i) for i in range(5))
+    seen = []
+
+    def run(batch):
+        seen.append([p.item for p in batch])
+        for p in batch[:-1]:   # "forget" the last one of each batch
+            p.outcome, p.done = p.item, True
+
+    items = list(q)
+    drain(q, BatchLimits(2, 10_000, 1.0), run)
+    assert seen == [[0, 1], [2, 3], [4]]
+    assert [p.outcome for p in items[:-1:2]] == [0, 2]
+    assert all(p.done for p in items)
+    assert isinstance(items[1].outcome, InternalError) and isinstance(items[4].outcome, InternalError)
+
+
+def test_idle_group_commit_runs_a_lone_request_in_the_callers_thread():
+    ran_in = []
+
+    def run(batch):
+        ran_in.append((threading.current_thread(), len(batch)))
+        for p in batch:
+            p.outcome, p.done = "ok", True
+
+    gc = GroupCommit(BatchLimits(32, 10_000, 1.0), run)
+    p = gc.submit(P(10))
+    # no timer, no helper thread: the caller itself ran a batch of one before returning
+    assert p.outcome == "ok"
+    assert ran_in == [(threading.current_thread(), 1)]
+
+
+def test_group_commit_batches_requests_that_arrive_during_a_pass():
+    first_running, release = threading.Event(), threading.Event()
+    sizes = []
+
+    def run(batch):
+        sizes.append(len(batch))
+        if len(sizes) == 1:
+            first_running.set()
+            release.wait(10)
+        for p in batch:
+            p.outcome, p.done = p.item, True
+
+    gc = GroupCommit(BatchLimits(32, 10_000, 1.0), run)
+    results = {}
+
+    def call(i):
+        results[i] = gc.submit(P(10, name=i)).outcome
+
+    t0 = threading.Thread(target=call, args=(0,))
+    t0.start()
+    assert first_running.wait(10)
+    others = [threading.Thread(target=call, args=(i,)) for i in range(1, 6)]
+    for t in others:
+        t.start()
+    # wait (bounded) until all five are queued behind the running pass
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        with gc._cond:
+            if len(gc._queue) == 5:
+                break
+    release.set()
+    for t in [t0, *others]:
+        t.join(10)
+    assert results == {i: i for i in range(6)}
+    assert sizes == [1, 5]

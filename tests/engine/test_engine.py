@@ -1,0 +1,181 @@
+"""The engine's promises: limits reject, failures stay with their cause, threads get their own answers."""
+import math
+import threading
+
+import pytest
+
+from jevany_client.errors import (
+    ContextLengthError,
+    InternalError,
+    InvalidRequestError,
+    UnknownModelError,
+    UnsupportedMediaError,
+)
+from jevany_daemon import workloads
+from jevany_daemon.config import EngineConfig
+from jevany_daemon.engine.engine import Engine
+from jevany_daemon.parity import compare
+
+BODY = {"state": {"note": "order late"}, "questions": {"q": {"type": "noul", "instructions": "refund?"}}}
+
+
+def test_result_envelope(make_engine):
+    engine = make_engine()
+    result = engine.decide(workloads.mixed(1, seed=3)[0] | {"model": "jevany-latest"})
+    assert result["model"] == engine.model.model_id
+    assert set(result) == {"model", "answers", "usage", "latency_ms", "batch"}
+    assert result["usage"]["input_tokens"] > 0 and result["usage"]["output_tokens"] > 0
+    assert result["batch"] == {"size": 1, "padded_tokens": result["batch"]["padded_tokens"]}
+    for answer in result["answers"].values():
+        assert math.isclose(sum(answer["probabilities"].values()), 1.0, abs_tol=1e-6)
+
+
+def test_model_selector(make_engine):
+    engine = make_engine()
+    assert engine.decide(BODY | {"model": engine.model.model_id})["model"] == engine.model.model_id
+    with pytest.raises(UnknownModelError, match="this deployment serves"):
+        engine.decide(BODY | {"model": "other-model"})
+
+
+def test_media_on_a_text_model(make_engine):
+    with pytest.raises(UnsupportedMediaError):
+        make_engine().decide(BODY | {"media": [{"type": "image", "uri": "a.png"}]})
+
+
+@pytest.mark.parametrize("readout,limit", [("choice", 52), ("lm_token", 255)])
+def test_option_caps_per_readout(make_engine, readout, limit):
+    engine = make_engine("qwen3", readout)
+    assert engine.readout.max_options == limit
+    names = [f"option{i}" for i in range(limit + 1)]
+    fits = {"state": "s", "questions": {"q": {"type": "choice", "criteria": dict.fromkeys(names[:limit])}}}
+    assert len(engine.decide(fits)["answers"]["q"]["probabilities"]) == limit
+    over = {"state": "s", "questions": {"q": {"type": "choice", "criteria": dict.fromkeys(names)}}}
+    with pytest.raises(InvalidRequestError, match=f"at most {limit} options"):
+        engine.decide(over)
+
+
+@pytest.mark.parametrize("readout", ["choice", "pointer"])
+def test_limits_reject_and_never_truncate(make_engine, readout):
+    long_state = {"state": " ".join(["payment"] * 300), "questions": BODY["questions"]}
+    engine = make_engine("qwen3", readout, max_state_tokens=64, max_branch_tokens=64)
+    with pytest.raises(ContextLengthError):
+        engine.decide(long_state)
+    assert engine.stats.batches == 0   # nothing reached the model
+    roomy = make_engine("qwen3", readout)
+    assert roomy.decide(long_state)["usage"]["input_tokens"] > 300
+
+
+def test_limit_messages_follow_jevany(make_engine):
+    pointer = make_engine("qwen3", "pointer", max_state_tokens=10)
+    with pytest.raises(ContextLengthError, match=r"^state exceeds 10 tokens: \d+$"):
+        pointer.admit({"state": "word " * 40, "questions": BODY["questions"]})
+    branch = make_engine("qwen3", "pointer", max_branch_tokens=20)
+    with pytest.raises(ContextLengthError, match=r"^branch too long: \d+ tokens \(limit: 20\)$"):
+        branch.admit({"state": "s", "questions": {"q": {"type": "noul", "instructions": "why " * 40}}})
+    packed = make_engine("qwen3", "pointer", max_packed_tokens=30)
+    many = {f"q{i}": {"type": "noul", "instructions": "refund now"} for i in range(6)}
+    with pytest.raises(ContextLengthError, match=r"^request exceeds 30 packed tokens: \d+$"):
+        packed.admit({"state": "s", "questions": many})
+    choice = make_engine("qwen3", "choice", max_branch_tokens=20)
+    with pytest.raises(ContextLengthError, match=r"^choice prompt needs \d+ tokens including the answer; limit 20$"):
+        choice.admit(BODY)
+
+
+def test_limits_are_capped_by_the_context_window(make_engine):
+    engine = make_engine(max_state_tokens=1 << 20, max_branch_tokens=1 << 20)
+    window = engine.model.context_window
+    assert engine.limits.state == window and engine.limits.branch == window
+
+
+def test_batches_respect_size_and_padded_token_limits(loaded_model):
+    bodies = workloads.short(40, seed=11)
+    by_size, by_tokens = [], []
+    sized = Engine(loaded_model("qwen3", "pointer"),
+                   EngineConfig(max_batch_size=5, max_packed_tokens=1 << 16, max_padding_waste=1.0),
+                   observer=by_size.append)
+    sized.score([sized.admit(b) for b in bodies])
+    assert sum(r.size for r in by_size) == 40
+    assert max(r.size for r in by_size) == 5 and len(by_size) == 8
+
+    budget = Engine(loaded_model("qwen3", "pointer"),
+                    EngineConfig(max_batch_size=64, max_packed_tokens=600, max_padding_waste=1.0),
+                    observer=by_tokens.append)
+    budget.score([budget.admit(b) for b in bodies])
+    assert sum(r.size for r in by_tokens) == 40
+    assert all(r.padded_tokens <= 600 for r in by_tokens)
+    assert 1 < len(by_tokens) < 40     # the token budget, not the size cap, split the queue
+
+
+def test_grouping_by_length_wastes_less_padding(loaded_model):
+    bodies = workloads.long_uneven(32, seed=5)
+    waste = {}
+    for cap in (1.0, 0.2):
+        engine = Engine(loaded_model("qwen3", "choice"),
+                        EngineConfig(max_batch_size=8, max_packed_tokens=1 << 16, max_padding_waste=cap))
+        engine.score([engine.admit(b) for b in bodies])
+        waste[cap] = engine.stats.as_dict()["padding_waste"]
+    assert waste[0.2] < waste[1.0]
+    assert waste[0.2] <= 0.2
+
+
+def test_a_failing_request_fails_alone(make_engine, monkeypatch):
+    engine = make_engine("qwen3", "pointer", max_batch_size=16, max_padding_waste=1.0)
+    bodies = workloads.mixed(8, seed=21)
+    poison = {"state": "zebra", "questions": BODY["questions"]}
+    admitted = [engine.admit(b) for b in bodies[:4]] + [engine.admit(poison)] + [engine.admit(b) for b in bodies[4:]]
+    poison = list(admitted[4].encoded.prefix)
+    real_hidden = engine._hidden
+
+    def evil_hidden(inputs):
+        # packed layout: each request is one row that starts with its state
+        if any(row[: len(poison)].tolist() == poison for row in inputs.input_ids):
+            raise RuntimeError("injected fault")
+        return real_hidden(inputs)
+
+    monkeypatch.setattr(engine, "_hidden", evil_hidden)
+    outcomes = engine.score(admitted)
+    assert isinstance(outcomes[4], InternalError) and "injected fault" in outcomes[4].message
+    good = outcomes[:4] + outcomes[5:]
+    assert all(isinstance(o, dict) for o in good)
+    monkeypatch.setattr(engine, "_hidden", real_hidden)
+    alone = [engine.score([engine.admit(b)])[0] for b in bodies]
+    assert compare(alone, good)["max_abs_diff"] <= 1e-5
+    assert engine.stats.retried_alone == 9
+
+
+def test_idle_engine_scores_a_lone_request_at_once(make_engine):
+    engine = make_engine(max_batch_size=32)
+    result = engine.decide(BODY)
+    assert result["batch"]["size"] == 1
+    assert engine.stats.as_dict()["batch_size_histogram"] == {"1": 1}
+
+
+def test_threads_get_their_own_answers(make_engine):
+    engine = make_engine("qwen3", "pointer", max_batch_size=8)
+    bodies = workloads.mixed(48, seed=33)
+    expected = [engine.score([engine.admit(b)])[0] for b in bodies]
+    got, errors = {}, []
+
+    def worker(start):
+        try:
+            for i in range(start, len(bodies), 6):
+                got[i] = engine.decide(bodies[i])
+        except Exception as exc:  # surfaced below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker, args=(k,)) for k in range(6)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not errors
+    report = compare(expected, [got[i] for i in range(len(bodies))])
+    assert report["max_abs_diff"] <= 1e-5 and report["decisions_changed"] == []
+
+
+def test_describe(make_engine):
+    d = make_engine("qwen3", "pointer", max_batch_size=4).describe()
+    assert d["readout"] == "pointer" and d["layout"] == "packed"
+    assert d["aliases"] == ["jevany-latest"]
+    assert d["limits"]["max_batch_size"] == 4
+    assert d["batching"]["batches"] == 0
