@@ -35,6 +35,7 @@ __all__ = [
     "InternalError",
     "InvalidMessageError",
     "InvalidRequestError",
+    "JevClient",
     "JevTimeoutError",
     "JevanyError",
     "Media",
@@ -48,9 +49,28 @@ __all__ = [
     "UnsupportedMediaError",
     "UnsupportedVersionError",
     "WorkerLostError",
+    "decide_body",
     "default_control_endpoint",
     "default_endpoint",
     "error_from_wire",
     "parse_decision",
     "questions_to_wire",
 ]
+
+# The client pulls in pyzmq; it loads on first use so the protocol and schema
+# stay cheap to import (the daemon's workers import them too).
+_LAZY = ("JevClient", "decide_body")
+
+
+def __getattr__(name: str):
+    if name in _LAZY:
+        from . import client
+
+        value = getattr(client, name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -1,0 +1,289 @@
+"""The jevany-client and jevany-ctl command lines.
+
+Exit codes: 0 success; 1 the daemon answered with an error; 2 no answer was
+possible (daemon not reachable, bad endpoint, unreadable request file).
+"""
+
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import typer
+
+from .endpoints import default_control_endpoint, default_endpoint
+from .errors import JevanyError, JevTimeoutError
+
+client_app = typer.Typer(
+    name="jevany-client",
+    no_args_is_help=True,
+    add_completion=False,
+)
+ctl_app = typer.Typer(
+    name="jevany-ctl",
+    no_args_is_help=True,
+    add_completion=False,
+)
+
+_ENDPOINT_HELP = (
+    "Daemon endpoint. Default: $JEVANY_ENDPOINT, else ipc://$XDG_RUNTIME_DIR/jevany/daemon.sock."
+)
+_CONTROL_HELP = (
+    "Daemon control endpoint. Default: $JEVANY_CONTROL_ENDPOINT, "
+    "else ipc://$XDG_RUNTIME_DIR/jevany/control.sock."
+)
+_TIMEOUT_HELP = "Seconds to wait for the reply."
+_JSON_HELP = "Print the raw result as JSON."
+
+
+def _fail(code: int, message: str) -> typer.Exit:
+    typer.echo(message, err=True)
+    return typer.Exit(code)
+
+
+def _ask(endpoints: list[str], timeout: float, action: Callable[[Any], Any]) -> Any:
+    from .client import JevClient  # pyzmq loads only when a command talks to a daemon
+
+    where = ", ".join(endpoints)
+    try:
+        with JevClient(endpoints, timeout=timeout) as client:
+            return action(client)
+    except JevTimeoutError as err:
+        hint = " (connected, but no reply came: the daemon may be busy or hung)" if err.sent else ""
+        raise _fail(2, f"daemon not reachable at {where} within {timeout:g}s{hint}") from None
+    except JevanyError as err:
+        raise _fail(1, f"error: {err.code}: {err.message}") from None
+    except ValueError as err:  # an endpoint ZeroMQ cannot parse
+        raise _fail(2, f"error: {err}") from None
+
+
+def _print_json(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=2, sort_keys=True, ensure_ascii=False))
+
+
+# -- jevany-client -----------------------------------------------------------
+
+
+@client_app.callback()
+def client_main() -> None:
+    """Send requests to a jevany daemon."""
+
+
+@client_app.command("decide")
+def decide(
+    file: str = typer.Argument(
+        ..., metavar="FILE.json", help="A decide body as JSON; - reads stdin."
+    ),
+    endpoint: list[str] = typer.Option(
+        None, "--endpoint", "-e", help=_ENDPOINT_HELP + " Repeat to spread over several daemons."
+    ),
+    timeout: float = typer.Option(30.0, "--timeout", min=0.001, help=_TIMEOUT_HELP),
+) -> None:
+    """Ask one decision and print the result as JSON.
+
+    FILE.json holds the decide body: {"state": ..., "questions": {id: {"type":
+    "choice"|"noul"|"score", "criteria": ...}}, "model"?: ..., "media"?: [...]}.
+    A daemon error prints "error: CODE: MESSAGE" and exits 1.
+    """
+    body = _read_body(file)
+    result = _ask(endpoint or [default_endpoint()], timeout, lambda c: c.decide_many([body])[0])
+    _print_json(result)
+
+
+def _read_body(file: str) -> dict:
+    try:
+        text = sys.stdin.read() if file == "-" else open(file, encoding="utf-8").read()
+        body = json.loads(text)
+    except (OSError, ValueError) as exc:
+        raise _fail(2, f"error: cannot read a JSON decide body from {file}: {exc}") from None
+    if not isinstance(body, dict):
+        raise _fail(2, f"error: {file} must hold a JSON object, the decide body")
+    return body
+
+
+# -- jevany-ctl --------------------------------------------------------------
+
+
+@ctl_app.callback()
+def ctl_main() -> None:
+    """Inspect and control a running jevany daemon.
+
+    status, ping and models go to the public endpoint; clear-cache, drain and
+    reload go to the control endpoint. Without a reply within --timeout
+    seconds a command exits 2.
+    """
+
+
+@ctl_app.command("status")
+def status(
+    endpoint: str = typer.Option(None, "--endpoint", "-e", help=_ENDPOINT_HELP),
+    timeout: float = typer.Option(3.0, "--timeout", min=0.001, help=_TIMEOUT_HELP),
+    as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
+) -> None:
+    """Show the model, workers, queue, batching, latency and error counts."""
+    result = _ask([endpoint or default_endpoint()], timeout, lambda c: c.status())
+    if as_json:
+        _print_json(result)
+    else:
+        typer.echo(format_status(result))
+
+
+@ctl_app.command("ping")
+def ping(
+    endpoint: str = typer.Option(None, "--endpoint", "-e", help=_ENDPOINT_HELP),
+    timeout: float = typer.Option(3.0, "--timeout", min=0.001, help=_TIMEOUT_HELP),
+) -> None:
+    """Check that the daemon answers, and print its version."""
+    where = endpoint or default_endpoint()
+    result = _ask([where], timeout, lambda c: c.ping())
+    typer.echo(f"pong from {where}: version {result.get('version', '?')}")
+
+
+@ctl_app.command("models")
+def models(
+    endpoint: str = typer.Option(None, "--endpoint", "-e", help=_ENDPOINT_HELP),
+    timeout: float = typer.Option(3.0, "--timeout", min=0.001, help=_TIMEOUT_HELP),
+    as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
+) -> None:
+    """Describe the loaded model: id, alias, source, readout, layout, limits, prefix cache."""
+    result = _ask([endpoint or default_endpoint()], timeout, lambda c: c.models())
+    if as_json:
+        _print_json(result)
+    else:
+        typer.echo(format_models(result))
+
+
+def _control_command(op: str, doc: str) -> None:
+    def command(
+        control: str = typer.Option(None, "--control", "-c", help=_CONTROL_HELP),
+        timeout: float = typer.Option(3.0, "--timeout", min=0.001, help=_TIMEOUT_HELP),
+    ) -> None:
+        result = _ask([control or default_control_endpoint()], timeout, lambda c: c.call(op))
+        _print_json(result)
+
+    command.__doc__ = doc
+    ctl_app.command(op.replace("_", "-"))(command)
+
+
+_control_command("clear_cache", "Empty the daemon's prefix cache (control endpoint).")
+_control_command("drain", "Stop taking new work and answer what is in flight (control endpoint).")
+_control_command("reload", "Ask the daemon to reload its model (control endpoint).")
+
+
+# -- rendering ---------------------------------------------------------------
+
+_BAR_WIDTH = 40
+
+
+def format_status(s: dict) -> str:
+    """The status result as a page a person reads at a glance; missing fields show '-'."""
+    model = _section(s, "model")
+    batching = _section(s, "batching")
+    queue = _section(s, "queue")
+    latency = _section(s, "latency_ms")
+    requests = _section(s, "requests")
+    head = (
+        f"jevany-daemon {_text(s.get('version'))}   state {_text(s.get('state'))}   "
+        f"pid {_text(s.get('pid'))}   up {_duration(s.get('uptime_s'))}"
+    )
+    summary = _table([
+        ("model", _text(model.get("id"))),
+        ("source", _text(model.get("source"))),
+        ("readout", f"{_text(model.get('readout'))}   layout {_text(model.get('layout'))}"),
+        ("device", f"{_text(model.get('device'))}   dtype {_text(model.get('dtype'))}"),
+        ("endpoints", ", ".join(map(str, s.get("endpoints") or [])) or "-"),
+        ("queue", f"{_text(queue.get('depth'))} / {_text(queue.get('max_depth'))}"),
+        ("batches", f"{_text(batching.get('batches'))} for {_text(batching.get('requests'))} "
+                    f"requests, mean size {_number(batching.get('mean_batch_size'), '.2f')}"),
+        ("latency", f"p50 {_number(latency.get('p50'), '.1f')} ms   "
+                    f"p99 {_number(latency.get('p99'), '.1f')} ms"),
+        ("requests", f"{_text(requests.get('ok'))} ok   {_text(requests.get('error'))} error"),
+    ])
+    blocks = [head, summary, _errors_block(requests), _workers_block(s), _histogram_block(batching)]
+    return "\n\n".join(block for block in blocks if block)
+
+
+def format_models(result: dict) -> str:
+    blocks = []
+    for model in result.get("models") or []:
+        rows = [(key, _text(value)) for key, value in model.items() if key != "id"]
+        blocks.append(f"{_text(model.get('id'))}\n{_table(rows, indent=2)}")
+    return "\n\n".join(blocks) or "no models"
+
+
+def _errors_block(requests: dict) -> str:
+    by_code = requests.get("by_error_code") or {}
+    if not by_code:
+        return ""
+    rows = sorted(by_code.items(), key=lambda item: (-_as_int(item[1]), item[0]))
+    return "errors by code\n" + _table([(code, _text(n)) for code, n in rows], indent=2)
+
+
+def _workers_block(s: dict) -> str:
+    workers = s.get("workers") or []
+    keys = ("pid", "device", "state", "restarts", "requests")
+    rows = [tuple(key.upper() for key in keys)]
+    rows += [tuple(_text(w.get(key)) for key in keys) for w in workers if isinstance(w, dict)]
+    return f"workers ({len(workers)})\n" + _table(rows, indent=2) if workers else "workers: none"
+
+
+def _histogram_block(batching: dict) -> str:
+    histogram = batching.get("batch_size_histogram") or {}
+    if not histogram:
+        return ""
+    rows = sorted(histogram.items(), key=lambda item: _as_int(item[0]))
+    top = max(_as_int(count) for _, count in rows) or 1
+    lines = ["batch sizes (batches per size)"]
+    width = max(len(str(size)) for size, _ in rows)
+    for size, count in rows:
+        n = _as_int(count)
+        bar = "#" * (max(1, round(n * _BAR_WIDTH / top)) if n else 0)
+        lines.append(f"  {str(size):>{width}}  {bar} {n}")
+    return "\n".join(lines)
+
+
+def _section(s: dict, key: str) -> dict:
+    value = s.get(key)
+    return value if isinstance(value, dict) else {}
+
+
+def _table(rows: list[tuple], indent: int = 0) -> str:
+    if not rows:
+        return ""
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    pad = " " * indent
+    return "\n".join(
+        pad + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows
+    )
+
+
+def _text(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, (dict, list)):
+        return json.dumps(value, sort_keys=True, ensure_ascii=False)
+    return str(value)
+
+
+def _number(value: Any, spec: str) -> str:
+    return format(value, spec) if isinstance(value, (int, float)) else _text(value)
+
+
+def _as_int(value: Any) -> int:
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return 0
+
+
+def _duration(seconds: Any) -> str:
+    if not isinstance(seconds, (int, float)):
+        return "-"
+    if seconds < 60:
+        return f"{seconds:.1f}s"
+    minutes, secs = divmod(int(seconds), 60)
+    hours, minutes = divmod(minutes, 60)
+    days, hours = divmod(hours, 24)
+    if days:
+        return f"{days}d {hours:02d}h {minutes:02d}m"
+    return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else f"{minutes}m {secs:02d}s"

@@ -1,0 +1,149 @@
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from jevany_client import JevClient, WorkerLostError
+from jevany_client.cli import client_app, ctl_app, format_status
+
+BODY = {"state": {"turn": 1}, "questions": {"q": {"type": "noul"}}}
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture
+def runner():
+    return CliRunner()
+
+
+def test_status_prints_a_readable_table(runner, daemon):
+    result = runner.invoke(ctl_app, ["status", "--endpoint", daemon.endpoint])
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "state ready" in out and f"pid {daemon.process.pid}" in out
+    assert "fake-tiny" in out and "/models/fake-tiny" in out
+    assert "layout rows" in out and "dtype fp32" in out
+    assert daemon.endpoint in out
+    assert "3 / 1024" in out
+    assert "7 for 12 requests, mean size 1.71" in out
+    assert "p50 1.2 ms" in out and "p99 9.5 ms" in out
+    worker = next(line for line in out.splitlines() if str(daemon.process.pid + 1) in line)
+    assert worker.split() == [str(daemon.process.pid + 1), "cpu", "idle", "1", "12"]
+    histogram = out.split("batch sizes")[1].splitlines()[1:]
+    assert [line.split()[0] for line in histogram] == ["1", "2", "10"]  # numeric order
+    assert [line.split()[-1] for line in histogram] == ["4", "1", "2"]
+
+
+def test_status_counts_errors_by_code(runner, daemon):
+    with JevClient(daemon.endpoint, timeout=5.0) as client, pytest.raises(WorkerLostError):
+        client.decide("error:worker_lost", {"q": {"type": "noul"}})
+    out = runner.invoke(ctl_app, ["status", "-e", daemon.endpoint]).stdout
+    errors = out.split("errors by code")[1].split("\n\n")[0]
+    assert "worker_lost" in errors
+
+
+def test_status_json_is_the_raw_result(runner, daemon):
+    result = runner.invoke(ctl_app, ["status", "--endpoint", daemon.endpoint, "--json"])
+    assert result.exit_code == 0
+    status = json.loads(result.stdout)
+    assert status["pid"] == daemon.process.pid
+    assert status["batching"]["batch_size_histogram"] == {"1": 4, "2": 1, "10": 2}
+
+
+def test_format_status_tolerates_missing_fields():
+    text = format_status({"state": "starting"})
+    assert "state starting" in text
+    assert "model      -" in text and "workers: none" in text
+
+
+def test_ping_and_models(runner, daemon):
+    ping = runner.invoke(ctl_app, ["ping", "-e", daemon.endpoint])
+    assert ping.exit_code == 0 and "version test" in ping.stdout
+    models = runner.invoke(ctl_app, ["models", "-e", daemon.endpoint])
+    assert models.stdout.splitlines()[0] == "fake-tiny"
+    assert "jevany-latest" in models.stdout
+    raw = runner.invoke(ctl_app, ["models", "-e", daemon.endpoint, "--json"])
+    assert json.loads(raw.stdout)["models"][0]["layout"] == "rows"
+
+
+@pytest.mark.parametrize("command", ["clear-cache", "drain", "reload"])
+def test_control_ops_default_to_the_control_endpoint(runner, daemon, monkeypatch, command):
+    monkeypatch.setenv("JEVANY_CONTROL_ENDPOINT", daemon.control)
+    result = runner.invoke(ctl_app, [command])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["op"] == command.replace("-", "_")
+
+
+def test_control_op_on_the_public_endpoint_exits_1(runner, daemon):
+    result = runner.invoke(ctl_app, ["drain", "--control", daemon.endpoint])
+    assert result.exit_code == 1
+    assert result.stderr.startswith("error: forbidden: ")
+
+
+def test_ctl_against_nothing_fails_fast_with_a_clear_message(runner, nowhere):
+    started = time.monotonic()
+    result = runner.invoke(ctl_app, ["status", "--endpoint", nowhere, "--timeout", "0.3"])
+    assert time.monotonic() - started < 3
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"daemon not reachable at {nowhere} within 0.3s"
+
+
+def test_installed_jevany_ctl_against_nothing_uses_the_short_default_timeout(nowhere):
+    started = time.monotonic()
+    result = subprocess.run(
+        [BIN / "jevany-ctl", "ping", "--endpoint", nowhere],
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+    assert 3 <= time.monotonic() - started < 10
+    assert result.returncode == 2
+    assert f"daemon not reachable at {nowhere} within 3s" in result.stderr
+
+
+def test_client_decide_file(runner, daemon, tmp_path):
+    path = tmp_path / "body.json"
+    path.write_text(json.dumps(BODY))
+    result = runner.invoke(client_app, ["decide", str(path), "--endpoint", daemon.endpoint])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["state"] == {"turn": 1}
+
+
+def test_client_decide_stdin(runner, daemon):
+    args = ["decide", "-", "-e", daemon.endpoint]
+    result = runner.invoke(client_app, args, input=json.dumps(BODY))
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["state"] == {"turn": 1}
+
+
+def test_client_decide_error_exits_1(runner, daemon):
+    body = json.dumps({**BODY, "state": "error:context_length_exceeded"})
+    result = runner.invoke(client_app, ["decide", "-", "-e", daemon.endpoint], input=body)
+    assert result.exit_code == 1
+    assert result.stderr.strip() == "error: context_length_exceeded: fake context_length_exceeded"
+
+
+def test_client_decide_unreachable_exits_2(runner, nowhere):
+    result = runner.invoke(
+        client_app, ["decide", "-", "-e", nowhere, "--timeout", "0.2"], input=json.dumps(BODY)
+    )
+    assert result.exit_code == 2
+    assert "not reachable" in result.stderr
+
+
+@pytest.mark.parametrize("text", ["{not json", "[1, 2]"])
+def test_client_decide_bad_file_exits_2(runner, nowhere, text):
+    result = runner.invoke(client_app, ["decide", "-", "-e", nowhere], input=text)
+    assert result.exit_code == 2
+    assert result.stderr.startswith("error: ")
+
+
+def test_entry_points_are_installed_with_help():
+    ctl_commands = ["status", "ping", "models", "clear-cache", "drain", "reload"]
+    for script, commands in (("jevany-client", ["decide"]), ("jevany-ctl", ctl_commands)):
+        result = subprocess.run([BIN / script], capture_output=True, text=True, timeout=30)
+        assert "Usage" in result.stdout  # no_args_is_help
+        assert all(command in result.stdout for command in commands), script
