@@ -55,3 +55,71 @@ def tiny_model(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
     typer.echo(f"wrote {arch.value} {readout.value} model to {path}")
+
+
+@app.command("serve")
+def serve(
+    model: str = typer.Option(None, "--model", help="Local model directory, JevAny run directory or hub id. "
+                              "Default: a built-in tiny demo model with random weights.", show_default=False),
+    readout: str = typer.Option(None, "--readout", help="choice | pointer | lm_token. Default: the checkpoint's own "
+                                "readout, or choice for a plain causal LM.", show_default=False),
+    model_id: str = typer.Option(None, "--model-id", help="Name replies give as 'model'. Default: from the source.",
+                                 show_default=False),
+    device: str = typer.Option(None, "--device", help="cpu, cuda or cuda:N. [default: cpu]", show_default=False),
+    dtype: str = typer.Option(None, "--dtype", help="fp32, bf16 or fp16. [default: fp32]", show_default=False),
+    bind: list[str] = typer.Option(None, "--bind", help="Public endpoint, ipc://PATH or tcp://HOST:PORT; repeat "
+                                   "for several. [default: ipc://$XDG_RUNTIME_DIR/jevany/daemon.sock]",
+                                   show_default=False),
+    control: str = typer.Option(None, "--control", help="Control endpoint for clear_cache, drain, reload; '' "
+                                "disables it. [default: ipc://$XDG_RUNTIME_DIR/jevany/control.sock]",
+                                show_default=False),
+    max_batch_size: int = typer.Option(None, "--max-batch-size", help="Requests one forward pass may hold; 1 "
+                                       "scores each alone. [default: 1]", show_default=False),
+    max_packed_tokens: int = typer.Option(None, "--max-packed-tokens", help="Padded tokens one forward pass may "
+                                          "allocate; a bigger request is rejected. [default: 8192]",
+                                          show_default=False),
+    max_state_tokens: int = typer.Option(None, "--max-state-tokens", help="[default: 8192, capped by the context "
+                                         "window]", show_default=False),
+    max_branch_tokens: int = typer.Option(None, "--max-branch-tokens", help="State plus one question. [default: "
+                                          "8192, capped by the context window]", show_default=False),
+    max_padding_waste: float = typer.Option(None, "--max-padding-waste", help="Fraction of a batch's padded tokens "
+                                            "that may be padding before similar-length requests are kept apart. "
+                                            "[default: 0.5]", show_default=False),
+    layout: str = typer.Option(None, "--layout", help="auto | rows | packed. [default: auto]", show_default=False),
+    max_queue: int = typer.Option(None, "--max-queue", help="Requests that may wait; beyond it replies are "
+                                  "'overloaded' at once. [default: 1024]", show_default=False),
+    max_message_bytes: int = typer.Option(None, "--max-message-bytes", help="Bigger messages are refused by "
+                                          "ZeroMQ before the daemon reads them. [default: 8388608]",
+                                          show_default=False),
+    log_requests: bool = typer.Option(None, "--log-requests/--no-log-requests", help="One log line per request.",
+                                      show_default=False),
+    config: Path = typer.Option(None, "--config", help="TOML file of the same settings (snake_case keys).",
+                                show_default=False),
+) -> None:
+    """Load the model and serve decide requests until SIGTERM or SIGINT, then drain and exit 0.
+
+    Every setting can also come from a JEVANY_<NAME> environment variable
+    (e.g. JEVANY_MAX_BATCH_SIZE) or the --config file; a flag wins over the
+    environment, which wins over the file.
+    """
+    from jevany_daemon.server.logs import configure_logging
+    from jevany_daemon.server.settings import SettingsError, resolve
+    from jevany_daemon.server.supervisor import StartupError, Supervisor
+
+    flags = dict(model=model, readout=readout, model_id=model_id, device=device, dtype=dtype,
+                 bind=tuple(bind or ()), control=control, max_batch_size=max_batch_size,
+                 max_packed_tokens=max_packed_tokens, max_state_tokens=max_state_tokens,
+                 max_branch_tokens=max_branch_tokens, max_padding_waste=max_padding_waste, layout=layout,
+                 max_queue=max_queue, max_message_bytes=max_message_bytes, log_requests=log_requests)
+    try:
+        settings = resolve(flags, config)
+    except SettingsError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
+    configure_logging()
+    try:
+        code = Supervisor(settings).run()
+    except StartupError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    raise typer.Exit(code)

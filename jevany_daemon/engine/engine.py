@@ -33,6 +33,7 @@ from .prompts import ChoiceEncoder, Encoded, Limits, NativeEncoder
 from .readouts import make_readout
 
 LATEST_ALIAS = "jevany-latest"
+DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 @dataclass(eq=False)
@@ -239,7 +240,7 @@ class Engine:
             "readout": m.readout,
             "layout": self.layout.name,
             "device": str(m.device),
-            "dtype": str(m.dtype).removeprefix("torch."),
+            "dtype": DTYPE_NAMES.get(m.dtype, str(m.dtype)),
             "context_window": m.context_window,
             "max_options": self.readout.max_options,
             "limits": {

@@ -1,0 +1,3 @@
+from jevany_daemon.cli import app
+
+app(prog_name="jevany-daemon")

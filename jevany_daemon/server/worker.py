@@ -1,0 +1,142 @@
+"""The worker process: load the model once, then score whatever the supervisor hands over.
+
+Run by the supervisor as ``python -m jevany_daemon.server.worker``. It is the
+only process that imports torch. It asks for nothing and keeps no queue: the
+supervisor sends it everything waiting (group commit across the process
+boundary) as soon as it reports ready.
+"""
+import argparse
+import json
+import logging
+import os
+import signal
+import sys
+import tempfile
+from pathlib import Path
+
+import zmq
+
+from jevany_client.errors import InternalError, JevanyError
+
+from jevany_daemon.config import EngineConfig
+
+from . import channel
+from .logs import configure_logging, event
+
+log = logging.getLogger("jevany.worker")
+
+PARENT_CHECK_MS = 1000
+DEMO_ARCH, DEMO_READOUT = "qwen3", "choice"
+
+
+def demo_model_dir() -> Path:
+    """The built-in demo model, built once into the user's cache directory."""
+    cache = os.environ.get("JEVANY_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "jevany"
+    )
+    target = Path(cache) / f"tiny-{DEMO_ARCH}-{DEMO_READOUT}"
+    if not (target / "config.json").is_file():
+        from jevany_daemon.model.tiny import build_tiny_model
+
+        target.parent.mkdir(parents=True, exist_ok=True)
+        # Build beside the target and rename, so a crash or a second worker
+        # never sees a half-written model.
+        staging = Path(tempfile.mkdtemp(prefix=".building-", dir=target.parent))
+        build_tiny_model(staging / "model", arch=DEMO_ARCH, readout=DEMO_READOUT)
+        try:
+            os.rename(staging / "model", target)
+        except OSError:
+            pass   # another worker finished first; its copy is identical
+    return target
+
+
+def load_engine(settings: dict):
+    from transformers.utils import logging as hf_logging
+
+    from jevany_daemon.engine.engine import Engine
+    from jevany_daemon.model.loading import load_model
+
+    hf_logging.disable_progress_bar()   # progress bars are noise in a service log
+
+    source = settings["model"]
+    if source is None:
+        source = str(demo_model_dir())
+        event(log, "demo_model", path=source,
+              note="no --model given: serving a tiny model with RANDOM weights; its answers mean nothing")
+    model = load_model(source, readout=settings["readout"], device=settings["device"],
+                       dtype=settings["dtype"], model_id=settings["model_id"])
+    return Engine(model, EngineConfig(**settings["engine"]))
+
+
+def score(engine, items: list) -> list:
+    """[[tag, body]...] → [[tag, ok, result or error]...]; one bad request never fails the others."""
+    outcomes, admitted, tags = {}, [], []
+    for tag, body in items:
+        try:
+            admitted.append(engine.admit(body))
+            tags.append(tag)
+        except JevanyError as exc:
+            outcomes[tag] = exc
+        except Exception as exc:   # noqa: BLE001 - becomes this request's internal error
+            outcomes[tag] = InternalError(f"admission failed: {type(exc).__name__}: {exc}")
+    for tag, outcome in zip(tags, engine.score(admitted)):
+        outcomes[tag] = outcome
+    return [
+        [tag, False, o.to_wire()] if isinstance(o, JevanyError) else [tag, True, o]
+        for tag, o in ((tag, outcomes[tag]) for tag, _ in items)
+    ]
+
+
+def serve(sock, engine) -> None:
+    parent = os.getppid()
+    while True:
+        if not sock.poll(PARENT_CHECK_MS):
+            if os.getppid() != parent:
+                event(log, "worker_exit", cause="supervisor gone")
+                return
+            continue
+        kind, *args = channel.decode(sock.recv())
+        if kind == channel.STOP:
+            return
+        if kind == channel.BATCH:
+            results = score(engine, args[0])
+            sock.send(channel.encode(channel.RESULTS, results, engine.stats.as_dict()))
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description="jevany-daemon worker (started by the supervisor)")
+    parser.add_argument("--backend", required=True)
+    parser.add_argument("--identity", required=True)
+    parser.add_argument("--settings", required=True, help="ServeSettings as JSON")
+    args = parser.parse_args(argv)
+    # The supervisor decides when workers stop (after draining); a Ctrl-C sent
+    # to the whole process group must not kill requests in flight.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    settings = json.loads(args.settings)
+    configure_logging()
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.IDENTITY, args.identity.encode())
+    sock.setsockopt(zmq.LINGER, 2000)
+    sock.connect(args.backend)
+    try:
+        engine = load_engine(settings)
+    except Exception as exc:   # noqa: BLE001 - reported to the supervisor, which stops
+        message = f"{type(exc).__name__}: {exc}"
+        event(log, "worker_load_failed", error=message)
+        sock.send(channel.encode(channel.FAILED, message))
+        sock.close()
+        ctx.term()
+        return channel.EXIT_LOAD_FAILED
+    sock.send(channel.encode(channel.HELLO, {"pid": os.getpid(), "model": engine.describe()}))
+    try:
+        serve(sock, engine)
+    finally:
+        sock.close()
+        ctx.term()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+"""Real daemons in real processes on real ipc sockets, always stopped afterwards."""
+import shutil
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from .daemons import Daemon
+
+
+@pytest.fixture
+def start_daemon(tiny_model):
+    """start_daemon(*serve_args, readout="pointer") -> a ready Daemon, stopped after the test."""
+    started = []
+
+    def start(*args, arch="qwen3", readout="pointer", ready=True):
+        # ipc paths must stay short (about 100 bytes), so not under tmp_path
+        directory = Path(tempfile.mkdtemp(prefix="jvd-"))
+        daemon = Daemon(directory, tiny_model(arch, readout), *args)
+        started.append(daemon)
+        if ready:
+            daemon.wait_ready()
+        return daemon
+
+    yield start
+    for daemon in started:
+        if daemon.proc.poll() is None:
+            daemon.proc.kill()
+            daemon.proc.wait(10)
+        shutil.rmtree(daemon.dir, ignore_errors=True)

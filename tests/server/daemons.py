@@ -1,0 +1,57 @@
+"""A real `jevany-daemon serve` in a subprocess, for the server tests."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from jevany_client import JevClient, JevTimeoutError
+
+READY_WITHIN_S = 90.0
+STOP_WITHIN_S = 60.0
+
+
+class Daemon:
+    """One `jevany-daemon serve` subprocess with its own ipc endpoints and log."""
+
+    def __init__(self, directory: Path, model: Path, *args: str):
+        self.dir = directory
+        self.socket = directory / "d.sock"
+        self.endpoint = f"ipc://{self.socket}"
+        self.control = f"ipc://{directory}/c.sock"
+        self.log = directory / "daemon.log"
+        env = {**os.environ, "JEVANY_LOG_LEVEL": "INFO", "HF_HUB_OFFLINE": "1"}
+        with open(self.log, "wb") as out:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "jevany_daemon", "serve", "--model", str(model),
+                 "--bind", self.endpoint, "--control", self.control, *args],
+                stdout=out, stderr=subprocess.STDOUT, env=env,
+            )
+
+    def wait_ready(self) -> None:
+        deadline = time.monotonic() + READY_WITHIN_S
+        with JevClient(self.endpoint, timeout=0.5) as client:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"daemon exited {self.proc.returncode}:\n{self.log.read_text()}")
+                try:
+                    if client.status()["state"] == "ready":
+                        return
+                except JevTimeoutError:
+                    continue
+                time.sleep(0.1)   # polling a loading daemon, not standing in for a reply
+        raise RuntimeError(f"daemon not ready within {READY_WITHIN_S}s:\n{self.log.read_text()}")
+
+    def stop(self, sig=signal.SIGTERM) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(sig)
+        try:
+            return self.proc.wait(STOP_WITHIN_S)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait(10)
+            raise
+
+    def client(self, **kw) -> JevClient:
+        return JevClient(self.endpoint, **kw)

@@ -1,0 +1,151 @@
+"""Every error code this machine can produce, from a real client; the daemon keeps serving after each."""
+import shutil
+import tempfile
+from pathlib import Path
+
+import msgpack
+import pytest
+import zmq
+
+from jevany_client import JevClient
+from jevany_client.errors import (
+    ContextLengthError,
+    DeadlineExceededError,
+    ForbiddenError,
+    InvalidRequestError,
+    OverloadedError,
+    ShuttingDownError,
+    UnknownModelError,
+)
+from jevany_daemon import workloads
+
+from .daemons import Daemon
+
+GOOD = workloads.short(1, seed=2)[0]
+
+
+class Raw:
+    """A bare DEALER, for payloads JevClient would never send."""
+
+    def __init__(self, endpoint):
+        self.ctx = zmq.Context()
+        self.sock = self.ctx.socket(zmq.DEALER)
+        self.sock.setsockopt(zmq.LINGER, 0)
+        self.sock.setsockopt(zmq.RCVTIMEO, 60_000)
+        self.sock.connect(endpoint)
+
+    def send(self, payload: bytes) -> dict:
+        self.sock.send(payload)
+        return msgpack.unpackb(self.sock.recv())
+
+    def close(self):
+        self.ctx.destroy(linger=0)
+
+
+@pytest.fixture(scope="module")
+def shared_daemon(tiny_model):
+    # one daemon for the envelope errors: they never reach the worker
+    d = Daemon(Path(tempfile.mkdtemp(prefix="jvd-")), tiny_model("qwen3", "pointer"), "--max-branch-tokens", "160")
+    try:
+        d.wait_ready()
+        yield d
+    finally:
+        if d.proc.poll() is None:
+            d.stop()
+        shutil.rmtree(d.dir, ignore_errors=True)
+
+
+def still_serves(daemon):
+    with daemon.client(timeout=60) as client:
+        assert set(client.call("decide", GOOD)["answers"]) == set(GOOD["questions"])
+
+
+@pytest.mark.parametrize(
+    "payload,code,echo",
+    [
+        (b"\xc1 not msgpack", "invalid_message", None),
+        (msgpack.packb([1, 2, 3]), "invalid_message", None),
+        (msgpack.packb({"v": 1, "op": "ping"}), "invalid_message", None),
+        (msgpack.packb({"v": 1, "id": 1.5, "op": "ping"}), "invalid_message", None),
+        (msgpack.packb({"v": 2, "id": "a", "op": "ping"}), "unsupported_version", "a"),
+        (msgpack.packb({"v": 1, "id": 7, "op": "explode"}), "unknown_op", 7),
+        (msgpack.packb({"v": 1, "id": "c", "op": "drain"}), "forbidden", "c"),
+        (msgpack.packb({"v": 1, "id": "b", "op": "decide", "body": {"state": 1, "questions": {}}}),
+         "invalid_request", "b"),
+        (msgpack.packb({"v": 1, "id": "n", "op": "decide", "body": {"state": float("nan"), "questions": GOOD["questions"]}}),
+         "invalid_request", "n"),
+    ],
+)
+def test_envelope_and_body_errors(shared_daemon, payload, code, echo):
+    raw = Raw(shared_daemon.endpoint)
+    try:
+        reply = raw.send(payload)
+    finally:
+        raw.close()
+    assert reply["ok"] is False
+    assert reply["error"]["code"] == code
+    assert reply["id"] == echo
+    assert isinstance(reply["error"]["message"], str) and reply["error"]["message"]
+    assert reply["error"]["retryable"] is False
+    still_serves(shared_daemon)
+
+
+def test_errors_from_the_worker_come_back_typed(shared_daemon):
+    with shared_daemon.client(timeout=60) as client:
+        with pytest.raises(UnknownModelError) as err:
+            client.call("decide", GOOD | {"model": "someone-else"})
+        assert "this deployment serves" in err.value.message
+        with pytest.raises(ContextLengthError):
+            client.call("decide", {"state": "word " * 200, "questions": GOOD["questions"]})
+        with pytest.raises(InvalidRequestError, match="at most 4096|options"):
+            client.call("decide", {"state": "s", "questions": {"q": {"type": "choice",
+                                                                     "criteria": {f"o{i}": None for i in range(5000)}}}})
+        with pytest.raises(ForbiddenError):
+            client.call("reload")
+    still_serves(shared_daemon)
+    with JevClient(shared_daemon.control, timeout=10) as control:
+        assert control.clear_cache() == {"cleared": 0}
+    with shared_daemon.client() as client:
+        status = client.status()
+    assert status["requests"]["by_error_code"]["unknown_model"] >= 1
+    assert status["requests"]["by_error_code"]["context_length_exceeded"] >= 1
+
+
+def test_deadline_exceeded_is_never_scored(shared_daemon):
+    with shared_daemon.client(timeout=60) as client:
+        before = client.status()["batching"]["requests"]
+        with pytest.raises(DeadlineExceededError) as err:
+            client.call("decide", GOOD, timeout_ms=0)
+        assert err.value.retryable
+        assert client.status()["batching"]["requests"] == before
+        assert client.call("decide", GOOD, timeout_ms=60_000)["answers"]
+
+
+def test_overloaded_with_a_small_queue(start_daemon):
+    daemon = start_daemon("--max-queue", "1")
+    raw = Raw(daemon.endpoint)
+    n = 30
+    for i in range(n):
+        raw.sock.send(msgpack.packb({"v": 1, "id": i, "op": "decide", "body": GOOD}))
+    replies = [msgpack.unpackb(raw.sock.recv()) for _ in range(n)]
+    raw.close()
+    assert sorted(r["id"] for r in replies) == list(range(n))
+    codes = [r["error"]["code"] for r in replies if not r["ok"]]
+    assert codes and set(codes) == {"overloaded"}
+    assert all(r["error"]["retryable"] for r in replies if not r["ok"])
+    assert any(r["ok"] for r in replies)
+    still_serves(daemon)
+    daemon.stop()
+
+
+def test_shutting_down_after_drain(start_daemon):
+    daemon = start_daemon()
+    with JevClient(daemon.control, timeout=60) as control:
+        assert control.drain() == {"state": "drained"}
+    with daemon.client(timeout=60) as client:
+        with pytest.raises(ShuttingDownError) as err:
+            client.call("decide", GOOD)
+        assert err.value.retryable
+        assert client.status()["state"] == "draining"
+        assert client.ping()["pong"] is True
+    assert daemon.stop() == 0

@@ -1,0 +1,121 @@
+"""Start-up, shutdown and client timeouts against a real daemon process."""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import msgpack
+import pytest
+import zmq
+
+from jevany_client import JevClient, JevTimeoutError
+from jevany_daemon import workloads
+
+from .daemons import Daemon
+
+GOOD = workloads.short(1, seed=4)[0]
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+def test_signal_under_load_answers_everything_and_exits_clean(start_daemon, sig):
+    daemon = start_daemon("--max-batch-size", "4")
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.setsockopt(zmq.RCVTIMEO, 60_000)
+    sock.connect(daemon.endpoint)
+    n = 24
+    for i, body in enumerate(workloads.short(n, seed=8)):
+        sock.send(msgpack.packb({"v": 1, "id": i, "op": "decide", "body": body}))
+    replies = [msgpack.unpackb(sock.recv())]     # scoring has begun
+    daemon.proc.send_signal(sig)
+    while len(replies) < n:
+        replies.append(msgpack.unpackb(sock.recv()))
+    ctx.destroy(linger=0)
+    assert sorted(r["id"] for r in replies) == list(range(n))
+    outcomes = {"ok" if r["ok"] else r["error"]["code"] for r in replies}
+    assert outcomes <= {"ok", "shutting_down"}
+    assert sum(r["ok"] for r in replies) >= 1
+    assert daemon.proc.wait(60) == 0
+    assert not daemon.socket.exists()
+    log = daemon.log.read_text()
+    assert f"event=drain cause={signal.Signals(sig).name}" in log and "event=stop exit_code=0" in log
+
+
+def test_client_timeout_then_success_on_the_same_client(start_daemon):
+    daemon = start_daemon()
+    with daemon.client(timeout=60) as client:
+        with pytest.raises(JevTimeoutError):
+            # 200 requests pipelined, 1 ms to wait: the replies come later and must be discarded
+            client.decide_many([GOOD] * 200, timeout=0.001)
+        result = client.call("decide", GOOD)
+        assert set(result["answers"]) == set(GOOD["questions"])
+        assert client.ping()["pong"] is True
+    daemon.stop()
+
+
+def run_serve(*args, timeout=60):
+    return subprocess.run([sys.executable, "-m", "jevany_daemon", "serve", *args],
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_invalid_settings_fail_before_any_weights_load(tmp_path):
+    started = time.monotonic()
+    for args, needle in [
+        (["--max-batch-size", "0"], "max_batch_size must be an integer >= 1"),
+        (["--dtype", "fp8"], "dtype must be one of"),
+        (["--device", "gpu"], "device must be cpu, cuda or cuda:N"),
+        (["--bind", "http://x"], "must be ipc://PATH or tcp://HOST:PORT"),
+        (["--layout", "diagonal"], "layout must be one of"),
+    ]:
+        proc = run_serve("--model", str(tmp_path), *args)
+        assert proc.returncode == 2, proc.stderr
+        assert needle in proc.stderr
+    env_bad = subprocess.run([sys.executable, "-m", "jevany_daemon", "serve"], capture_output=True, text=True,
+                             timeout=60, env={**os.environ, "JEVANY_MAX_QUEUE": "lots"})
+    assert env_bad.returncode == 2 and "JEVANY_MAX_QUEUE" in env_bad.stderr
+    assert time.monotonic() - started < 60
+
+
+def test_a_model_that_cannot_load_stops_the_daemon_with_its_reason(tmp_path):
+    d = Path(tempfile.mkdtemp(prefix="jvd-"))
+    proc = run_serve("--model", str(tmp_path / "missing"), "--bind", f"ipc://{d}/s.sock",
+                     "--control", f"ipc://{d}/c.sock", timeout=120)
+    assert proc.returncode == 1
+    assert "model does not exist" in proc.stderr
+    assert "worker_restart" not in proc.stderr
+    assert not (d / "s.sock").exists()
+
+
+def test_refuses_a_socket_another_daemon_is_serving(start_daemon, tiny_model):
+    daemon = start_daemon()
+    proc = run_serve("--model", str(tiny_model("qwen3", "pointer")), "--bind", daemon.endpoint,
+                     "--control", f"ipc://{daemon.dir}/other-control.sock")
+    assert proc.returncode == 1 and "another process is serving" in proc.stderr
+    with daemon.client(timeout=30) as client:
+        assert client.ping()["pong"]        # the first daemon kept its socket
+    daemon.stop()
+
+
+def test_status_fields(start_daemon):
+    daemon = start_daemon("--max-batch-size", "4", "--max-queue", "77")
+    with daemon.client(timeout=60) as client:
+        client.call("decide", GOOD)
+        status = client.status()
+        models = client.models()
+    for key in ("version", "pid", "uptime_s", "state", "endpoints", "max_message_bytes", "model",
+                "batching", "queue", "workers", "requests", "latency_ms"):
+        assert key in status
+    assert status["state"] == "ready" and status["pid"] == daemon.proc.pid
+    assert status["queue"] == {"depth": 0, "max_depth": 77}
+    assert status["model"]["readout"] == "pointer" and status["model"]["dtype"] == "fp32"
+    assert status["batching"]["max_batch_size"] == 4 and status["batching"]["batch_size_histogram"] == {"1": 1}
+    assert status["workers"][0]["requests"] == 1 and status["workers"][0]["state"] == "idle"
+    assert status["latency_ms"]["p50"] > 0
+    [described] = models["models"]
+    assert described["aliases"] == ["jevany-latest"] and described["layout"] == "packed"
+    assert described["limits"]["max_batch_size"] == 4
+    daemon.stop()
