@@ -19,7 +19,18 @@ def _text(rng: random.Random, n_words: int) -> str:
     return " ".join(rng.choice(WORDS) for _ in range(n_words))
 
 
-def _state(rng: random.Random, n_words: int) -> dict:
+# About how many tiny-model tokens a word of WORDS costs, so workloads can be
+# sized in tokens as the benchmark targets are.
+TOKENS_PER_WORD = 2.7
+
+
+def _words_for(tokens: int) -> int:
+    return max(1, round(tokens / TOKENS_PER_WORD))
+
+
+def _state(rng: random.Random, n_words: int, structured: bool = True):
+    if not structured:
+        return _text(rng, n_words)
     # A nested state, as real callers send: rendering must handle every JSON kind.
     return {
         "summary": _text(rng, max(1, n_words - 8)),
@@ -43,33 +54,48 @@ def _question(rng: random.Random, kind: str, instr_words: int) -> dict:
             "criteria": [_text(rng, 2) for _ in range(rng.randint(2, 5))]}
 
 
-def request(rng: random.Random, state_words: int, n_questions: int, instr_words: int = 6) -> dict:
+def request(rng: random.Random, state_words: int, n_questions: int, instr_words: int = 6,
+            structured: bool = True) -> dict:
     kinds = ("choice", "noul", "score")
     return {
-        "state": _state(rng, state_words),
+        "state": _state(rng, state_words, structured),
         "questions": {f"q{i}": _question(rng, rng.choice(kinds), instr_words) for i in range(n_questions)},
     }
 
 
 def mixed(n: int, seed: int = 0, min_words: int = 5, max_words: int = 60, max_questions: int = 4) -> list[dict]:
-    """Choice, noul and score questions, 1..max_questions per request, varied lengths."""
+    """Choice, noul and score questions, 1..max_questions per request, varied lengths, nested states."""
     rng = random.Random(seed)
     return [request(rng, rng.randint(min_words, max_words), rng.randint(1, max_questions)) for _ in range(n)]
 
 
 def short(n: int, seed: int = 0) -> list[dict]:
+    """20-40 token states, 1-2 questions."""
     rng = random.Random(seed)
-    return [request(rng, rng.randint(12, 24), rng.randint(1, 2), instr_words=3) for _ in range(n)]
+    return [request(rng, _words_for(rng.randint(20, 40)), rng.randint(1, 2), instr_words=3, structured=False)
+            for _ in range(n)]
 
 
 def long_uneven(n: int, seed: int = 0) -> list[dict]:
+    """50-400 token states, one question: lengths vary widely, so padding is the cost."""
     rng = random.Random(seed)
-    return [request(rng, rng.randint(40, 330), 1) for _ in range(n)]
+    return [request(rng, _words_for(rng.randint(50, 400)), 1, structured=False) for _ in range(n)]
 
 
 def multi_question(n: int, seed: int = 0) -> list[dict]:
+    """Four questions sharing one 300-token state: where running the state once pays."""
     rng = random.Random(seed)
-    return [request(rng, 250, 4) for _ in range(n)]
+    return [request(rng, _words_for(300), 4, structured=False) for _ in range(n)]
 
 
-WORKLOADS = {"short": short, "long_uneven": long_uneven, "multi_question": multi_question, "mixed": mixed}
+def blend(n: int, seed: int = 0) -> list[dict]:
+    """A blend of the others, plus a few requests large enough to fill a pass on their own."""
+    rng = random.Random(seed)
+    makers = (short, long_uneven, multi_question)
+    out = [rng.choice(makers)(1, seed=rng.randrange(1 << 30))[0] for _ in range(n)]
+    for i in range(0, n, 16):
+        out[i] = request(rng, _words_for(1500), 2, structured=False)
+    return out
+
+
+WORKLOADS = {"short": short, "long_uneven": long_uneven, "multi_question": multi_question, "mixed": blend}
