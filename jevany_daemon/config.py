@@ -2,6 +2,7 @@
 from dataclasses import dataclass
 
 LAYOUTS = ("auto", "rows", "packed")
+BATCH_POLICIES = ("adaptive", "greedy")
 
 
 @dataclass(frozen=True)
@@ -15,6 +16,9 @@ class EngineConfig:
     # joins a batch only while the batch stays under this; the oldest request
     # always goes, so nothing starves. 1.0 disables the check.
     max_padding_waste: float = 0.5
+    # adaptive: batch a width class only while batched passes measure at least
+    # as fast per token as single ones (engine/policy.py); greedy: always batch.
+    batch_policy: str = "adaptive"
 
     def __post_init__(self):
         for name in ("max_batch_size", "max_packed_tokens", "max_state_tokens", "max_branch_tokens"):
@@ -23,5 +27,7 @@ class EngineConfig:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
+        if self.batch_policy not in BATCH_POLICIES:
+            raise ValueError(f"batch_policy must be one of {', '.join(BATCH_POLICIES)}, got {self.batch_policy!r}")
         if not 0.0 <= self.max_padding_waste <= 1.0:
             raise ValueError(f"max_padding_waste must be between 0 and 1, got {self.max_padding_waste!r}")

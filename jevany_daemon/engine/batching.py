@@ -67,14 +67,17 @@ def take_batch(queue: deque, limits: BatchLimits) -> list[Pending]:
     return batch
 
 
-def drain(queue: deque, limits: BatchLimits, run: Callable[[list[Pending]], None]) -> None:
+Take = Callable[[deque], list[Pending]]
+Run = Callable[[list[Pending]], None]
+
+
+def drain(queue: deque, take: Take, run: Run) -> None:
     """Score everything in ``queue`` batch by batch (the daemon worker's path)."""
     while queue:
-        batch = take_batch(queue, limits)
-        _run_all(run, batch)
+        _run_all(run, take(queue))
 
 
-def _run_all(run: Callable[[list[Pending]], None], batch: list[Pending]) -> None:
+def _run_all(run: Run, batch: list[Pending]) -> None:
     try:
         run(batch)
     finally:
@@ -92,8 +95,8 @@ class GroupCommit:
     whose request finished are woken as soon as the pass ends.
     """
 
-    def __init__(self, limits: BatchLimits, run: Callable[[list[Pending]], None]):
-        self.limits = limits
+    def __init__(self, take: Take, run: Run):
+        self._take = take
         self._run = run
         self._queue: deque = deque()
         self._cond = threading.Condition()
@@ -106,7 +109,7 @@ class GroupCommit:
                 if self._busy:
                     self._cond.wait()
                     continue
-                batch = take_batch(self._queue, self.limits)
+                batch = self._take(self._queue)
                 self._busy = True
                 self._cond.release()
                 try:

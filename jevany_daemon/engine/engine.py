@@ -8,7 +8,7 @@ import json
 import threading
 import time
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable
 
 import torch
@@ -27,8 +27,9 @@ from jevany_client.schema import DecisionRequest, parse_decision
 from jevany_daemon.config import EngineConfig
 from jevany_daemon.model.decision_model import DecisionModel
 
-from .batching import BatchLimits, GroupCommit, Pending, drain
+from .batching import BatchLimits, GroupCommit, Pending, drain, take_batch
 from .layouts import PACKED_PROVEN, PackedLayout, RowsLayout
+from .policy import BatchPolicy
 from .prompts import ChoiceEncoder, Encoded, Limits, NativeEncoder
 from .readouts import make_readout
 
@@ -107,10 +108,12 @@ class Engine:
         window = model.context_window
         self.limits = Limits(min(config.max_state_tokens, window), min(config.max_branch_tokens, window), window)
         self.batch_limits = BatchLimits(config.max_batch_size, config.max_packed_tokens, config.max_padding_waste)
+        self.alone_limits = replace(self.batch_limits, max_size=1)
+        self.policy = BatchPolicy(adaptive=config.batch_policy == "adaptive")
         self.stats = BatchStats()
         self.pad_id = _pad_id(model.tokenizer)
         self._tokenizer_lock = threading.Lock()   # fast tokenizers are not safe to share across threads
-        self._commit = GroupCommit(self.batch_limits, self._run_pending)
+        self._commit = GroupCommit(self._take, self._run_pending)
 
     # --- admit -----------------------------------------------------------
 
@@ -156,10 +159,14 @@ class Engine:
     def score(self, admitted: list[Admitted]) -> list[dict | JevanyError]:
         """Score requests handed over together, in as few passes as the limits allow. One thread."""
         pendings = [self.pending(a) for a in admitted]
-        drain(deque(pendings), self.batch_limits, self._run_pending)
+        drain(deque(pendings), self._take, self._run_pending)
         return [p.outcome for p in pendings]
 
     # --- score -----------------------------------------------------------
+
+    def _take(self, queue: deque) -> list[Pending]:
+        batching = self.policy.allows_batching(queue[0].width)
+        return take_batch(queue, self.batch_limits if batching else self.alone_limits)
 
     def _run_pending(self, batch: list[Pending]) -> None:
         outcomes = self.run_batch([p.item for p in batch])
@@ -193,8 +200,11 @@ class Engine:
             _sync(model.device)
             ok = True
         finally:
-            latency = round((time.perf_counter() - started) * 1000, 1)
+            seconds = time.perf_counter() - started
+            latency = round(seconds * 1000, 1)
             rec = BatchRecord(len(batch), inputs.padded_tokens, real, latency, ok)
+            if ok:
+                self.policy.record(inputs.input_ids.shape[1], len(batch), real, seconds)
             self.stats.record(rec)
             if self.observer is not None:
                 self.observer(rec)
@@ -250,7 +260,8 @@ class Engine:
                 "max_batch_size": self.config.max_batch_size,
             },
             "prefix_cache": {"enabled": False, "size": 0, "hits": 0, "misses": 0},
-            "batching": self.stats.as_dict(),
+            "batching": self.stats.as_dict() | {"policy": self.config.batch_policy,
+                                                "measured_tokens_per_s": self.policy.as_dict()},
         }
 
 

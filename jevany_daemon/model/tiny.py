@@ -206,19 +206,29 @@ def _quiet():
             hf_logging.enable_progress_bar()
 
 
-def _model_config(arch: str, tokenizer):
+# Backbone sizes. "0.8b" is Qwen3.5-0.8B's layer shape (random weights, the
+# tiny vocabulary): realistic compute per token for benchmarks on a GPU.
+SHAPES = {
+    "tiny": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
+                 num_key_value_heads=2, head_dim=64),
+    "0.8b": dict(hidden_size=1024, intermediate_size=3584, num_hidden_layers=24, num_attention_heads=8,
+                 num_key_value_heads=2, head_dim=256),
+}
+LINEAR_SHAPES = {
+    "tiny": dict(linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32, linear_value_head_dim=32),
+    "0.8b": dict(linear_num_key_heads=16, linear_num_value_heads=16, linear_key_head_dim=128,
+                 linear_value_head_dim=128),
+}
+
+
+def _model_config(arch: str, tokenizer, shape: str = "tiny"):
     from transformers import Qwen3_5TextConfig, Qwen3Config
 
     eos = tokenizer.convert_tokens_to_ids(EOS)
     common = dict(
         # Padded past the tokenizer like real checkpoints, so code must not assume equality.
         vocab_size=-(-len(tokenizer) // 64) * 64,
-        hidden_size=256,
-        intermediate_size=512,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        head_dim=64,
+        **SHAPES[shape],
         max_position_embeddings=4096,
         eos_token_id=eos,
         pad_token_id=eos,
@@ -231,19 +241,16 @@ def _model_config(arch: str, tokenizer):
         return Qwen3_5TextConfig(
             **common,
             tie_word_embeddings=False,
-            linear_num_key_heads=2,
-            linear_num_value_heads=4,
-            linear_key_head_dim=32,
-            linear_value_head_dim=32,
-            layer_types=["linear_attention"] * 3 + ["full_attention"],
+            **LINEAR_SHAPES[shape],
+            layer_types=(["linear_attention"] * 3 + ["full_attention"]) * (common["num_hidden_layers"] // 4),
         )
     raise ValueError(f"unknown arch {arch!r}; expected one of {ARCHS}")
 
 
-def build_causal_lm(arch: str, tokenizer, seed: int = 0):
+def build_causal_lm(arch: str, tokenizer, seed: int = 0, shape: str = "tiny"):
     from transformers import AutoModelForCausalLM
 
-    config = _model_config(arch, tokenizer)
+    config = _model_config(arch, tokenizer, shape)
     torch.manual_seed(seed)
     model = AutoModelForCausalLM.from_config(config, attn_implementation="sdpa", dtype=torch.float32)
     return model.eval()
@@ -303,7 +310,8 @@ def _head_meta(readout: str, hidden_size: int, tokenizer, seed: int) -> dict:
     return meta
 
 
-def build_tiny_model(out: Path | str, arch: str = "qwen3", readout: str = "choice", seed: int = 0) -> Path:
+def build_tiny_model(out: Path | str, arch: str = "qwen3", readout: str = "choice", seed: int = 0,
+                     shape: str = "tiny") -> Path:
     """Write a tiny random model to OUT and return OUT.
 
     choice: OUT is a plain Hugging Face model directory. pointer / lm_token: OUT
@@ -314,19 +322,21 @@ def build_tiny_model(out: Path | str, arch: str = "qwen3", readout: str = "choic
         raise ValueError(f"unknown arch {arch!r}; expected one of {ARCHS}")
     if readout not in TINY_READOUTS:
         raise ValueError(f"unknown readout {readout!r}; expected one of {TINY_READOUTS}")
+    if shape not in SHAPES:
+        raise ValueError(f"unknown shape {shape!r}; expected one of {tuple(SHAPES)}")
     out = Path(out)
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         # A stale head.pt would silently turn a plain model into a checkpoint.
         raise FileExistsError(f"{out} exists and is not an empty directory")
     out.mkdir(parents=True, exist_ok=True)
     with _quiet(), torch.random.fork_rng(devices=[]):
-        _write(out, arch, readout, seed)
+        _write(out, arch, readout, seed, shape)
     return out
 
 
-def _write(out: Path, arch: str, readout: str, seed: int) -> None:
+def _write(out: Path, arch: str, readout: str, seed: int, shape: str) -> None:
     tokenizer = build_tokenizer()
-    model = build_causal_lm(arch, tokenizer, seed)
+    model = build_causal_lm(arch, tokenizer, seed, shape)
     base = out if readout == "choice" else out / "base"
     model.save_pretrained(base)
     tokenizer.save_pretrained(base)

@@ -73,7 +73,7 @@ def test_drain_scores_everything_and_marks_unscored_items_failed():
             p.outcome, p.done = p.item, True
 
     items = list(q)
-    drain(q, BatchLimits(2, 10_000, 1.0), run)
+    drain(q, lambda queue: take_batch(queue, BatchLimits(2, 10_000, 1.0)), run)
     assert seen == [[0, 1], [2, 3], [4]]
     assert [p.outcome for p in items[:-1:2]] == [0, 2]
     assert all(p.done for p in items)
@@ -88,7 +88,7 @@ def test_idle_group_commit_runs_a_lone_request_in_the_callers_thread():
         for p in batch:
             p.outcome, p.done = "ok", True
 
-    gc = GroupCommit(BatchLimits(32, 10_000, 1.0), run)
+    gc = GroupCommit(lambda queue: take_batch(queue, BatchLimits(32, 10_000, 1.0)), run)
     p = gc.submit(P(10))
     # no timer, no helper thread: the caller itself ran a batch of one before returning
     assert p.outcome == "ok"
@@ -107,7 +107,7 @@ def test_group_commit_batches_requests_that_arrive_during_a_pass():
         for p in batch:
             p.outcome, p.done = p.item, True
 
-    gc = GroupCommit(BatchLimits(32, 10_000, 1.0), run)
+    gc = GroupCommit(lambda queue: take_batch(queue, BatchLimits(32, 10_000, 1.0)), run)
     results = {}
 
     def call(i):

@@ -91,14 +91,16 @@ def test_batches_respect_size_and_padded_token_limits(loaded_model):
     bodies = workloads.short(40, seed=11)
     by_size, by_tokens = [], []
     sized = Engine(loaded_model("qwen3", "pointer"),
-                   EngineConfig(max_batch_size=5, max_packed_tokens=1 << 16, max_padding_waste=1.0),
+                   EngineConfig(max_batch_size=5, max_packed_tokens=1 << 16, max_padding_waste=1.0,
+                                batch_policy="greedy"),
                    observer=by_size.append)
     sized.score([sized.admit(b) for b in bodies])
     assert sum(r.size for r in by_size) == 40
     assert max(r.size for r in by_size) == 5 and len(by_size) == 8
 
     budget = Engine(loaded_model("qwen3", "pointer"),
-                    EngineConfig(max_batch_size=64, max_packed_tokens=600, max_padding_waste=1.0),
+                    EngineConfig(max_batch_size=64, max_packed_tokens=600, max_padding_waste=1.0,
+                                 batch_policy="greedy"),
                     observer=by_tokens.append)
     budget.score([budget.admit(b) for b in bodies])
     assert sum(r.size for r in by_tokens) == 40
@@ -111,7 +113,8 @@ def test_grouping_by_length_wastes_less_padding(loaded_model):
     waste = {}
     for cap in (1.0, 0.2):
         engine = Engine(loaded_model("qwen3", "choice"),
-                        EngineConfig(max_batch_size=8, max_packed_tokens=1 << 16, max_padding_waste=cap))
+                        EngineConfig(max_batch_size=8, max_packed_tokens=1 << 16, max_padding_waste=cap,
+                                     batch_policy="greedy"))
         engine.score([engine.admit(b) for b in bodies])
         waste[cap] = engine.stats.as_dict()["padding_waste"]
     assert waste[0.2] < waste[1.0]
@@ -119,7 +122,7 @@ def test_grouping_by_length_wastes_less_padding(loaded_model):
 
 
 def test_a_failing_request_fails_alone(make_engine, monkeypatch):
-    engine = make_engine("qwen3", "pointer", max_batch_size=16, max_padding_waste=1.0)
+    engine = make_engine("qwen3", "pointer", max_batch_size=16, max_padding_waste=1.0, batch_policy="greedy")
     bodies = workloads.mixed(8, seed=21)
     poison = {"state": "zebra", "questions": BODY["questions"]}
     admitted = [engine.admit(b) for b in bodies[:4]] + [engine.admit(poison)] + [engine.admit(b) for b in bodies[4:]]

@@ -25,7 +25,7 @@ def serial(engine, bodies):
     ],
 )
 def test_batched_equals_serial(make_engine, arch, readout, layout):
-    engine = make_engine(arch, readout, layout=layout, max_batch_size=16, max_padding_waste=1.0,
+    engine = make_engine(arch, readout, layout=layout, max_batch_size=16, max_padding_waste=1.0, batch_policy="greedy",
                          max_packed_tokens=1 << 16)
     assert engine.layout.name == layout
     alone = serial(engine, REQUESTS)

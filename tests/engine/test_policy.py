@@ -1,0 +1,52 @@
+"""The adaptive batch policy, on made-up pass timings."""
+from jevany_daemon.engine.policy import EXPLORE_EVERY, BatchPolicy, width_class
+
+
+def decisions(policy, width, n):
+    return [policy.allows_batching(width) for _ in range(n)]
+
+
+def test_batches_until_it_has_measured_both():
+    policy = BatchPolicy()
+    assert all(decisions(policy, 300, 10))
+    policy.record(300, 8, 2400, 1.0)          # batched: 2400 tokens/s
+    got = decisions(policy, 300, 2 * EXPLORE_EVERY)
+    assert got.count(False) == 2                # explores "alone" once per EXPLORE_EVERY
+
+
+def test_runs_alone_where_batching_measured_slower():
+    policy = BatchPolicy()
+    policy.record(300, 8, 2000, 1.0)            # batched 2000 tokens/s
+    policy.record(300, 1, 300, 0.1)             # alone 3000 tokens/s
+    got = decisions(policy, 280, 4 * EXPLORE_EVERY)
+    assert got.count(True) == 4                 # only the exploration tries batching
+    # other width classes are judged separately
+    assert all(decisions(policy, 40, 5))
+
+
+def test_batches_where_batching_measured_faster():
+    policy = BatchPolicy()
+    policy.record(40, 16, 4000, 0.5)            # 8000 tokens/s
+    policy.record(40, 1, 40, 0.01)              # 4000 tokens/s
+    got = decisions(policy, 40, 4 * EXPLORE_EVERY)
+    assert got.count(False) == 4
+
+
+def test_estimates_follow_new_measurements():
+    policy = BatchPolicy()
+    policy.record(100, 8, 1000, 1.0)
+    policy.record(100, 1, 100, 0.05)            # alone faster
+    for _ in range(30):
+        policy.record(100, 8, 8000, 1.0)        # batching got much faster (e.g. load changed)
+    assert decisions(policy, 100, 3) == [True, True, True]
+
+
+def test_greedy_always_batches():
+    policy = BatchPolicy(adaptive=False)
+    policy.record(300, 8, 1, 1.0)
+    policy.record(300, 1, 1000, 0.1)
+    assert all(decisions(policy, 300, 50))
+
+
+def test_width_classes_are_powers_of_two():
+    assert [width_class(w) for w in (1, 2, 3, 4, 5, 64, 65, 128)] == [0, 1, 2, 2, 3, 6, 7, 7]
