@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: install demo test clean
+.PHONY: install demo test bench bench-quick clean
 
 install: $(VENV)/.installed
 
@@ -18,6 +18,14 @@ demo: install
 
 test: install
 	$(PY) -m pytest -q
+
+bench: install
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints-cpu.txt -e '.[bench]'
+	$(PY) benchmarks/bench.py
+
+bench-quick: install
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints-cpu.txt -e '.[bench]'
+	$(PY) benchmarks/bench.py --quick
 
 clean:
 	rm -rf $(VENV) .pytest_cache
