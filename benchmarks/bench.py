@@ -65,8 +65,8 @@ def timed(fn):
 # --- parity ---------------------------------------------------------------
 
 PARITY_CASES = [("qwen3", "choice", "rows"), ("qwen3", "choice", "packed"), ("qwen3", "pointer", "rows"),
-                ("qwen3", "pointer", "packed"), ("qwen3", "lm_token", "packed"), ("qwen3_5", "choice", "rows"),
-                ("qwen3_5", "pointer", "rows")]
+                ("qwen3", "pointer", "packed"), ("qwen3", "pointer", "shared"), ("qwen3", "lm_token", "packed"),
+                ("qwen3_5", "choice", "rows"), ("qwen3_5", "pointer", "rows"), ("qwen3_5", "pointer", "shared")]
 
 
 def parity_report(models: Models, args) -> list[dict]:
@@ -267,8 +267,10 @@ def run(args) -> dict:
             w = {"requests": len(bodies), "tokens_per_request": tokens, "inprocess": ref,
                  "daemon": daemon_sweep(model_dir, bodies, tokens, args, pool,
                                         conc if name == "short" else [1, 32], batches)}
-            if name == "multi_question" and args.arch == "qwen3":
+            if name == "multi_question":
                 w["rows_inprocess"] = inprocess(model, bodies, args.batch, layout="rows")
+                print(f"  plain rows: serial {w['rows_inprocess']['serial_rps']:.1f} req/s, ideal batches "
+                      f"{w['rows_inprocess']['ideal_rps']:.1f} req/s", flush=True)
             result["workloads"][name] = w
     finally:
         pool.close()
@@ -309,7 +311,8 @@ def targets(result: dict, batch: int) -> list[dict]:
     if "multi_question" in ws and "rows_inprocess" in ws["multi_question"]:
         m = ws["multi_question"]
         ratio = m["inprocess"]["ideal_rps"] / m["rows_inprocess"]["ideal_rps"]
-        add("5 multi-question: shared state (packed) / plain rows throughput", ratio, ">= 2.0", ratio >= 2.0)
+        add("5 multi-question: state run once (packed or shared) / plain rows throughput", ratio, ">= 2.0",
+            ratio >= 2.0)
     return out
 
 

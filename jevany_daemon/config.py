@@ -1,7 +1,7 @@
 """Engine settings: one frozen dataclass, validated on construction so a bad value fails before weights load."""
 from dataclasses import dataclass
 
-LAYOUTS = ("auto", "rows", "packed")
+LAYOUTS = ("auto", "rows", "packed", "shared")
 BATCH_POLICIES = ("adaptive", "greedy")
 
 
@@ -11,7 +11,7 @@ class EngineConfig:
     max_packed_tokens: int = 8192    # padded tokens one forward pass may allocate
     max_state_tokens: int = 8192     # capped by the model's context window
     max_branch_tokens: int = 8192    # state + one question's branch; capped likewise
-    layout: str = "auto"             # auto = packed where proven equal to rows, else rows
+    layout: str = "auto"             # auto: packed, else shared, where proven equal to rows; else rows
     # Padding a batch may waste, as a fraction of its padded tokens. A request
     # joins a batch only while the batch stays under this; the oldest request
     # always goes, so nothing starves. 1.0 disables the check.

@@ -23,6 +23,7 @@ class Pending:
     width: int            # its longest row
     real: int             # its real (unpadded) tokens
     alone: bool = False   # must run in a batch of its own
+    prefix: int = 0       # a shared prefix run in a pass of its own (shared layout), one row per request
     outcome: Any = None   # the result, or the JevanyError the request ended with
     done: bool = False
 
@@ -45,21 +46,20 @@ def take_batch(queue: deque, limits: BatchLimits) -> list[Pending]:
     batch = [head]
     if head.alone or limits.max_size == 1 or not queue:
         return batch
-    rows, width, real = head.rows, head.width, head.real
+    real = head.real
     window = [p for _, p in zip(range(SCAN_LIMIT), queue) if not p.alone]
     window.sort(key=lambda p: abs(p.width - head.width))   # stable: arrival order breaks ties
     for p in window:
         if len(batch) == limits.max_size:
             break
-        new_rows, new_width = rows + p.rows, max(width, p.width)
-        cost = new_rows * new_width
+        cost = padded_cost(batch + [p])
         if cost > limits.max_padded_tokens:
             continue
-        waste, before = 1 - (real + p.real) / cost, 1 - real / (rows * width)
+        waste, before = 1 - (real + p.real) / cost, 1 - real / padded_cost(batch)
         if waste > limits.max_padding_waste and waste > before:
             continue
         batch.append(p)
-        rows, width, real = new_rows, new_width, real + p.real
+        real += p.real
     taken = set(map(id, batch))
     remaining = [p for p in queue if id(p) not in taken]
     queue.clear()
@@ -69,6 +69,12 @@ def take_batch(queue: deque, limits: BatchLimits) -> list[Pending]:
 
 Take = Callable[[deque], list[Pending]]
 Run = Callable[[list[Pending]], None]
+
+
+def padded_cost(batch: list[Pending]) -> int:
+    """Tokens the batch's passes allocate: every row padded to the widest, every prefix to the longest."""
+    rows = sum(p.rows for p in batch) * max(p.width for p in batch)
+    return rows + len(batch) * max(p.prefix for p in batch)
 
 
 def drain(queue: deque, take: Take, run: Run) -> None:

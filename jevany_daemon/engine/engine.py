@@ -28,7 +28,7 @@ from jevany_daemon.config import EngineConfig
 from jevany_daemon.model.decision_model import DecisionModel
 
 from .batching import BatchLimits, GroupCommit, Pending, drain, take_batch
-from .layouts import PACKED_PROVEN, PackedLayout, RowsLayout
+from .layouts import PACKED_PROVEN, SHARED_PROVEN, PackedLayout, RowsLayout, SharedLayout
 from .policy import BatchPolicy
 from .prompts import ChoiceEncoder, Encoded, Limits, NativeEncoder
 from .readouts import make_readout
@@ -83,15 +83,23 @@ class BatchStats:
 
 
 def choose_layout(model: DecisionModel, wanted: str):
+    """auto: packed where proven, else shared where proven (hybrid models), else rows."""
     packable = model.model_type in PACKED_PROVEN and not model.hybrid
+    shareable = model.model_type in SHARED_PROVEN
     if wanted == "packed" and not packable:
         raise ValueError(
             f"packed layout is not proven for {model.model_type}"
-            f"{' (hybrid recurrent layers)' if model.hybrid else ''}; use rows"
+            f"{' (hybrid recurrent layers)' if model.hybrid else ''}; use rows or shared"
         )
-    if wanted == "rows" or not packable:
+    if wanted == "shared" and not shareable:
+        raise ValueError(f"shared layout is not proven for {model.model_type}; use rows")
+    if wanted == "rows":
         return RowsLayout()
-    return PackedLayout()
+    if wanted == "packed" or (wanted == "auto" and packable):
+        return PackedLayout()
+    if shareable:
+        return SharedLayout()
+    return RowsLayout()
 
 
 class Engine:
@@ -131,9 +139,10 @@ class Engine:
                 )
         with self._tokenizer_lock:
             encoded = self.encoder.encode(request, self.limits)
-        rows, width = self.layout.shape(encoded)
-        if rows * width > self.config.max_packed_tokens:
-            raise ContextLengthError(f"request exceeds {self.config.max_packed_tokens} packed tokens: {rows * width}")
+        shape = self.layout.shape(encoded)
+        cost = shape.rows * shape.width + shape.prefix
+        if cost > self.config.max_packed_tokens:
+            raise ContextLengthError(f"request exceeds {self.config.max_packed_tokens} packed tokens: {cost}")
         return Admitted(request, encoded)
 
     def _check_model(self, request: DecisionRequest) -> None:
@@ -143,9 +152,9 @@ class Engine:
             )
 
     def pending(self, admitted: Admitted) -> Pending:
-        rows, width = self.layout.shape(admitted.encoded)
-        return Pending(admitted, rows, width, self.layout.real_tokens(admitted.encoded),
-                       alone=bool(admitted.request.media))
+        shape = self.layout.shape(admitted.encoded)
+        return Pending(admitted, shape.rows, shape.width, self.layout.real_tokens(admitted.encoded),
+                       alone=bool(admitted.request.media), prefix=shape.prefix)
 
     # --- the two ways in -------------------------------------------------
 
@@ -186,43 +195,40 @@ class Engine:
     def _forward(self, batch: list[Admitted]) -> list[dict]:
         encs = [a.encoded for a in batch]
         model = self.model
-        inputs = self.layout.build(encs, self.pad_id, model.device, model.dtype)
         real = sum(self.layout.real_tokens(e) for e in encs)
+        width = max(self.layout.shape(e).width for e in encs)
         counts = [q.n_options for a in batch for q in a.request.questions]
         _sync(model.device)   # latency is the forward pass alone, between device syncs
         started = time.perf_counter()
-        ok = False
+        ok, padded = False, 0
         try:
             with torch.inference_mode():
-                hidden = self._hidden(inputs)
-                gathered = hidden.reshape(-1, hidden.shape[-1]).index_select(0, inputs.gather)
+                gathered, padded = self.layout.forward(self._backbone, encs, self.pad_id, model.device, model.dtype)
                 probs = self.readout.probabilities(gathered, counts)
             _sync(model.device)
             ok = True
         finally:
             seconds = time.perf_counter() - started
             latency = round(seconds * 1000, 1)
-            rec = BatchRecord(len(batch), inputs.padded_tokens, real, latency, ok)
-            if ok:
-                self.policy.record(inputs.input_ids.shape[1], len(batch), real, seconds)
+            rec = BatchRecord(len(batch), padded, real, latency, ok)
             self.stats.record(rec)
+            if ok:
+                self.policy.record(width, len(batch), real, seconds)
             if self.observer is not None:
                 self.observer(rec)
         results, at = [], 0
         for a in batch:
             n = len(a.request.questions)
-            results.append(self._result(a, probs[at: at + n], latency, len(batch), inputs.padded_tokens))
+            results.append(self._result(a, probs[at: at + n], latency, len(batch), padded))
             at += n
         return results
 
-    def _hidden(self, inputs) -> torch.Tensor:
-        out = self.model.backbone(
-            input_ids=inputs.input_ids,
-            attention_mask=inputs.attention_mask,
-            position_ids=inputs.position_ids,
-            use_cache=False,
-        )
-        return out.last_hidden_state
+    def _backbone(self, *, return_cache: bool = False, cache=None, **inputs):
+        """The decoder: final hidden states, or (return_cache) the cache a later pass continues from."""
+        if cache is not None:
+            inputs["cache"] = cache
+        out = self.model.backbone(**inputs, use_cache=return_cache)
+        return out.past_key_values if return_cache else out.last_hidden_state
 
     def _result(self, admitted: Admitted, probs, latency_ms, size, padded) -> dict:
         answers = {q.qid: shape_answer(q, p) for q, p in zip(admitted.request.questions, probs)}

@@ -9,16 +9,37 @@ block-causal 4D mask with positions restarting after the prefix. It runs the
 shared state once, but it is only valid where a test proves it equals rows.
 The mask is additive float, never boolean: eager attention silently
 misreads boolean 4D masks in the transformers version we pin.
+
+Shared: two passes. The prefixes of the batch, left-padded (padding before
+the first real token leaves a recurrent state at zero), fill a cache; the
+cache is replicated once per question, and the branches, right-padded,
+continue from it. The state runs once even on hybrid recurrent models, where
+packing is impossible.
 """
 from dataclasses import dataclass
+from typing import Callable, NamedTuple
 
 import torch
 
 from .prompts import Encoded
 
-# Architectures whose packed layout a test proves equal to rows
+# Architectures whose layouts a test proves equal to rows
 # (tests/engine/test_parity.py). Hybrid recurrent models can never pack.
 PACKED_PROVEN = frozenset({"qwen3"})
+SHARED_PROVEN = frozenset({"qwen3", "qwen3_5_text"})
+
+# Runs the decoder: keyword arguments in, final hidden states [N, L, d] out.
+Backbone = Callable[..., torch.Tensor]
+
+
+class Shape(NamedTuple):
+    rows: int          # rows the request occupies in a branch pass
+    width: int         # its longest row
+    prefix: int = 0    # its prefix, when that runs in a pass of its own
+
+
+def _gather(hidden: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+    return hidden.reshape(-1, hidden.shape[-1]).index_select(0, index)
 
 
 @dataclass
@@ -30,13 +51,21 @@ class ForwardInputs:
     padded_tokens: int
 
 
-class RowsLayout:
+class _OnePass:
+    def forward(self, backbone: Backbone, encs: list[Encoded], pad_id: int, device, dtype):
+        """→ (hidden states at every readout position, padded tokens allocated)."""
+        inputs = self.build(encs, pad_id, device, dtype)
+        hidden = backbone(input_ids=inputs.input_ids, attention_mask=inputs.attention_mask,
+                          position_ids=inputs.position_ids)
+        return _gather(hidden, inputs.gather), inputs.padded_tokens
+
+
+class RowsLayout(_OnePass):
     name = "rows"
 
     @staticmethod
-    def shape(enc: Encoded) -> tuple[int, int]:
-        """(rows, width) this request occupies; a batch costs sum(rows) * max(width) tokens."""
-        return len(enc.branches), max(enc.row_lengths)
+    def shape(enc: Encoded) -> Shape:
+        return Shape(len(enc.branches), max(enc.row_lengths))
 
     @staticmethod
     def real_tokens(enc: Encoded) -> int:
@@ -62,12 +91,12 @@ class RowsLayout:
         )
 
 
-class PackedLayout:
+class PackedLayout(_OnePass):
     name = "packed"
 
     @staticmethod
-    def shape(enc: Encoded) -> tuple[int, int]:
-        return 1, enc.packed_length
+    def shape(enc: Encoded) -> Shape:
+        return Shape(1, enc.packed_length)
 
     @staticmethod
     def real_tokens(enc: Encoded) -> int:
@@ -112,5 +141,52 @@ def block_causal_mask(seg: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return mask[:, None]
 
 
-def padded_cost(shapes: list[tuple[int, int]]) -> int:
-    return sum(h for h, _ in shapes) * max(w for _, w in shapes)
+class SharedLayout:
+    name = "shared"
+
+    @staticmethod
+    def shape(enc: Encoded) -> Shape:
+        return Shape(len(enc.branches), max(len(b.tokens) for b in enc.branches), len(enc.prefix))
+
+    @staticmethod
+    def real_tokens(enc: Encoded) -> int:
+        return enc.packed_length
+
+    def forward(self, backbone: Backbone, encs: list[Encoded], pad_id: int, device, dtype):
+        if all(len(e.branches) == 1 for e in encs):
+            return RowsLayout().forward(backbone, encs, pad_id, device, dtype)   # nothing to share
+        prefix_ids, prefix_mask, prefix_pos = self._prefixes(encs, pad_id)
+        cache = backbone(input_ids=prefix_ids.to(device), attention_mask=prefix_mask.to(device),
+                         position_ids=prefix_pos.to(device), return_cache=True)
+        owners = [i for i, e in enumerate(encs) for _ in e.branches]
+        cache.reorder_cache(torch.tensor(owners, device=device))    # one copy of its state per question
+        rows = [(e, b) for e in encs for b in e.branches]
+        width = max(len(b.tokens) for _, b in rows)
+        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
+        pos = torch.zeros((len(rows), width), dtype=torch.long)
+        mask = torch.zeros((len(rows), prefix_ids.shape[1] + width), dtype=torch.long)
+        gather = []
+        for r, ((e, b), owner) in enumerate(zip(rows, owners)):
+            n, p = len(b.tokens), len(e.prefix)
+            ids[r, :n] = torch.tensor(b.tokens)
+            pos[r, :n] = torch.arange(p, p + n)
+            mask[r, : prefix_ids.shape[1]] = prefix_mask[owner]
+            mask[r, prefix_ids.shape[1]: prefix_ids.shape[1] + n] = 1
+            gather += [r * width + i for i in b.readout]
+        hidden = backbone(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=pos.to(device),
+                          cache=cache)
+        padded = prefix_ids.numel() + ids.numel()
+        return _gather(hidden, torch.tensor(gather, device=device)), padded
+
+    @staticmethod
+    def _prefixes(encs: list[Encoded], pad_id: int):
+        width = max(len(e.prefix) for e in encs)
+        ids = torch.full((len(encs), width), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(encs), width), dtype=torch.long)
+        pos = torch.zeros((len(encs), width), dtype=torch.long)
+        for i, e in enumerate(encs):
+            p = len(e.prefix)
+            ids[i, width - p:] = torch.tensor(e.prefix)
+            mask[i, width - p:] = 1
+            pos[i, width - p:] = torch.arange(p)
+        return ids, mask, pos

@@ -16,8 +16,8 @@ def test_quick_benchmark_parity(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     rows = json.loads((tmp_path / "parity.json").read_text())["parity"]
     cases = {(r["arch"], r["readout"], r["layout"], r["dtype"]) for r in rows}
-    assert ("qwen3_5", "pointer", "rows", "bf16") in cases and ("qwen3", "choice", "packed", "fp32") in cases
-    assert len(cases) == 14
+    assert ("qwen3_5", "pointer", "shared", "bf16") in cases and ("qwen3", "choice", "packed", "fp32") in cases
+    assert len(cases) == 18
     for r in rows:
         assert r["probabilities"] > 12 * 2
         if r["dtype"] == "fp32":

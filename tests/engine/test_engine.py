@@ -127,20 +127,20 @@ def test_a_failing_request_fails_alone(make_engine, monkeypatch):
     poison = {"state": "zebra", "questions": BODY["questions"]}
     admitted = [engine.admit(b) for b in bodies[:4]] + [engine.admit(poison)] + [engine.admit(b) for b in bodies[4:]]
     poison = list(admitted[4].encoded.prefix)
-    real_hidden = engine._hidden
+    real_backbone = engine._backbone
 
-    def evil_hidden(inputs):
+    def evil_backbone(**inputs):
         # packed layout: each request is one row that starts with its state
-        if any(row[: len(poison)].tolist() == poison for row in inputs.input_ids):
+        if any(row[: len(poison)].tolist() == poison for row in inputs["input_ids"]):
             raise RuntimeError("injected fault")
-        return real_hidden(inputs)
+        return real_backbone(**inputs)
 
-    monkeypatch.setattr(engine, "_hidden", evil_hidden)
+    monkeypatch.setattr(engine, "_backbone", evil_backbone)
     outcomes = engine.score(admitted)
     assert isinstance(outcomes[4], InternalError) and "injected fault" in outcomes[4].message
     good = outcomes[:4] + outcomes[5:]
     assert all(isinstance(o, dict) for o in good)
-    monkeypatch.setattr(engine, "_hidden", real_hidden)
+    monkeypatch.setattr(engine, "_backbone", real_backbone)
     alone = [engine.score([engine.admit(b)])[0] for b in bodies]
     assert compare(alone, good)["max_abs_diff"] <= 1e-5
     assert engine.stats.retried_alone == 9

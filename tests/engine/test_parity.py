@@ -20,8 +20,11 @@ def serial(engine, bodies):
         ("qwen3", "pointer", "rows"),
         ("qwen3", "pointer", "packed"),
         ("qwen3", "lm_token", "packed"),
+        ("qwen3", "pointer", "shared"),
         ("qwen3_5", "choice", "rows"),
         ("qwen3_5", "pointer", "rows"),
+        ("qwen3_5", "choice", "shared"),
+        ("qwen3_5", "pointer", "shared"),
     ],
 )
 def test_batched_equals_serial(make_engine, arch, readout, layout):
@@ -40,21 +43,25 @@ def test_batched_equals_serial(make_engine, arch, readout, layout):
     assert all(r["batch"]["size"] == 16 for r in batched)
 
 
-@pytest.mark.parametrize("readout", ["choice", "pointer"])
-def test_packed_equals_rows_on_qwen3(make_engine, readout):
-    rows = make_engine("qwen3", readout, layout="rows", max_batch_size=8)
-    packed = make_engine("qwen3", readout, layout="packed", max_batch_size=8)
+@pytest.mark.parametrize("arch,readout,layout", [
+    ("qwen3", "choice", "packed"), ("qwen3", "pointer", "packed"), ("qwen3", "pointer", "shared"),
+    ("qwen3_5", "pointer", "shared"), ("qwen3_5", "choice", "shared"),
+])
+def test_shared_state_layouts_equal_rows(make_engine, arch, readout, layout):
+    rows = make_engine(arch, readout, layout="rows", max_batch_size=8)
+    shared = make_engine(arch, readout, layout=layout, max_batch_size=8)
     a = rows.score([rows.admit(b) for b in REQUESTS])
-    b = packed.score([packed.admit(b) for b in REQUESTS])
+    b = shared.score([shared.admit(b) for b in REQUESTS])
     report = compare(a, b)
     assert report["max_abs_diff"] <= TOLERANCE, report
     assert report["decisions_changed"] == []
-    # packed runs the shared state once, so it pads fewer tokens for multi-question requests
-    assert packed.stats.padded_tokens < rows.stats.padded_tokens
+    # running the shared state once pads fewer tokens for multi-question requests
+    assert shared.stats.padded_tokens < rows.stats.padded_tokens
 
 
-def test_hybrid_models_refuse_packed(make_engine):
+def test_layout_choice(make_engine):
     with pytest.raises(ValueError, match="not proven"):
         make_engine("qwen3_5", "choice", layout="packed")
-    assert make_engine("qwen3_5", "choice").layout.name == "rows"
+    assert make_engine("qwen3_5", "choice").layout.name == "shared"
     assert make_engine("qwen3", "choice").layout.name == "packed"
+    assert make_engine("qwen3", "choice", layout="rows").layout.name == "rows"
