@@ -57,6 +57,19 @@ class Limits:
     window: int
 
 
+def max_token_chars(tokenizer) -> int:
+    """An upper bound on the characters one token covers (a token's vocabulary string is never shorter).
+
+    Dividing a text's length by it gives a lower bound on its token count, so
+    a text far over a limit is refused without tokenizing megabytes of it.
+    """
+    return max(1, max(map(len, tokenizer.get_vocab()), default=1))
+
+
+def _at_least(text: str, per_token: int) -> int:
+    return -(-len(text) // per_token)
+
+
 def escape_named_specials(text: str) -> str:
     # <|name|> can never reach the tokenizer intact, whatever the vocabulary holds.
     return _NAMED_SPECIAL.sub("<\u00a6\\1\u00a6>", text)
@@ -75,6 +88,7 @@ class NativeEncoder:
         self.state_id, self.question_id, self.open_id, self.close_id, self.decide_id = ids
         self.delimiters = decision_tokens
         self.symbols = symbols    # lm_token: option i is written "SYM_i: option"
+        self.per_token = max_token_chars(tokenizer)
 
     def safe_text(self, text: str) -> str:
         text = escape_named_specials(text)
@@ -88,7 +102,11 @@ class NativeEncoder:
         return self.tokenizer(self.safe_text(text), add_special_tokens=False)["input_ids"]
 
     def encode(self, request: DecisionRequest, limits: Limits) -> Encoded:
-        prefix = [self.state_id, *self._tokens(render(request.state))]
+        state = render(request.state)
+        if _at_least(state, self.per_token) >= limits.state:
+            raise ContextLengthError(f"state exceeds {limits.state} tokens: at least "
+                                     f"{_at_least(state, self.per_token) + 1}")
+        prefix = [self.state_id, *self._tokens(state)]
         if len(prefix) > limits.state:
             raise ContextLengthError(f"state exceeds {limits.state} tokens: {len(prefix)}")
         branches = tuple(self._branch(q, len(prefix), limits) for q in request.questions)
@@ -96,7 +114,11 @@ class NativeEncoder:
         return Encoded(tuple(prefix), branches, len(prefix) + sum(len(b.tokens) for b in branches))
 
     def _branch(self, question: Question, state_len: int, limits: Limits) -> Branch:
-        tokens = [self.question_id, *self._tokens(render(question.instructions))]
+        instructions = render(question.instructions)
+        if state_len + _at_least(instructions, self.per_token) >= limits.branch:
+            raise ContextLengthError(f"branch too long: at least {state_len + _at_least(instructions, self.per_token)}"
+                                     f" tokens (limit: {limits.branch})")
+        tokens = [self.question_id, *self._tokens(instructions)]
         closes = []
         for i, option in enumerate(native_options(question)):
             if self.symbols is not None:
@@ -131,6 +153,7 @@ class ChoiceEncoder:
         self.specials = sorted(
             (t for t in tokenizer.all_special_tokens if t[:1] in ("<", "[")), key=len, reverse=True
         )
+        self.per_token = max_token_chars(tokenizer)
 
     def safe_text(self, text: str) -> str:
         text = escape_named_specials(text)
@@ -157,15 +180,17 @@ class ChoiceEncoder:
         )
 
     def encode(self, request: DecisionRequest, limits: Limits) -> Encoded:
-        prompts = [
-            self.tokenizer(self.prompt(request, q), add_special_tokens=False)["input_ids"]
-            for q in request.questions
-        ]
+        limit = min(limits.branch, limits.window)
+        texts = [self.prompt(request, q) for q in request.questions]
+        for text in texts:
+            if _at_least(text, self.per_token) + 1 > limit:
+                raise ContextLengthError(f"choice prompt needs at least {_at_least(text, self.per_token) + 1} "
+                                         f"tokens including the answer; limit {limit}")
+        prompts = [self.tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
         for p in prompts:
             # The answer token must fit too, as JevAny counts it.
-            need, limit = len(p) + 1, min(limits.branch, limits.window)
-            if need > limit:
-                raise ContextLengthError(f"choice prompt needs {need} tokens including the answer; limit {limit}")
+            if len(p) + 1 > limit:
+                raise ContextLengthError(f"choice prompt needs {len(p) + 1} tokens including the answer; limit {limit}")
         shared = _common_prefix_length(prompts)
         branches = tuple(Branch(tuple(p[shared:]), (len(p) - shared - 1,)) for p in prompts)
         return Encoded(tuple(prompts[0][:shared]), branches, sum(len(p) for p in prompts))
