@@ -287,7 +287,7 @@ def targets(result: dict, batch: int) -> list[dict]:
     ws = result["workloads"]
 
     def add(name, value, bound, ok):
-        out.append({"target": name, "value": round(value, 4), "bound": bound, "met": bool(ok)})
+        out.append({"target": name, "value": float(f"{value:.4g}"), "bound": bound, "met": bool(ok)})
 
     if "short" in ws:
         s = ws["short"]
