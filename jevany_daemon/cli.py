@@ -65,11 +65,24 @@ def serve(
                                 "readout, or choice for a plain causal LM.", show_default=False),
     model_id: str = typer.Option(None, "--model-id", help="Name replies give as 'model'. Default: from the source.",
                                  show_default=False),
-    device: str = typer.Option(None, "--device", help="cpu, cuda or cuda:N. [default: cpu]", show_default=False),
+    device: str = typer.Option(None, "--device", help="cpu, cuda or cuda:N; a comma-separated list "
+                               "(cuda:0,cuda:1) starts one worker per device. [default: cpu]", show_default=False),
+    workers: int = typer.Option(None, "--workers", help="Worker processes, each with its own copy of the model, "
+                                "fed from one queue; spread evenly over --device. [default: one per device]",
+                                show_default=False),
+    heartbeat_timeout: float = typer.Option(None, "--heartbeat-timeout", help="Seconds a ready worker may go "
+                                            "without a heartbeat before it is killed and replaced. [default: 10]",
+                                            show_default=False),
+    batch_timeout: float = typer.Option(None, "--batch-timeout", help="Seconds one batch may take before its "
+                                        "worker counts as hung, is killed and replaced; its requests get "
+                                        "worker_lost. [default: 120]", show_default=False),
     dtype: str = typer.Option(None, "--dtype", help="fp32, bf16 or fp16. [default: fp32]", show_default=False),
     bind: list[str] = typer.Option(None, "--bind", help="Public endpoint, ipc://PATH or tcp://HOST:PORT; repeat "
                                    "for several. [default: ipc://$XDG_RUNTIME_DIR/jevany/daemon.sock]",
                                    show_default=False),
+    socket_mode: str = typer.Option(None, "--socket-mode", help="File mode for public ipc sockets, e.g. 0660 "
+                                    "so the daemon's group may connect. The control socket stays 0600. "
+                                    "[default: leave the umask's]", show_default=False),
     control: str = typer.Option(None, "--control", help="Control endpoint for clear_cache, drain, reload; '' "
                                 "disables it. [default: ipc://$XDG_RUNTIME_DIR/jevany/control.sock]",
                                 show_default=False),
@@ -85,7 +98,11 @@ def serve(
     max_padding_waste: float = typer.Option(None, "--max-padding-waste", help="Fraction of a batch's padded tokens "
                                             "that may be padding before similar-length requests are kept apart. "
                                             "[default: 0.5]", show_default=False),
-    layout: str = typer.Option(None, "--layout", help="auto | rows | packed. [default: auto]", show_default=False),
+    layout: str = typer.Option(None, "--layout", help="auto | rows | packed | shared. [default: auto]",
+                               show_default=False),
+    batch_policy: str = typer.Option(None, "--batch-policy", help="adaptive: batch a length class only where "
+                                     "batched passes measured faster; greedy: always. [default: adaptive]",
+                                     show_default=False),
     max_queue: int = typer.Option(None, "--max-queue", help="Requests that may wait; beyond it replies are "
                                   "'overloaded' at once. [default: 1024]", show_default=False),
     max_message_bytes: int = typer.Option(None, "--max-message-bytes", help="Bigger messages are refused by "
@@ -93,10 +110,25 @@ def serve(
                                           show_default=False),
     log_requests: bool = typer.Option(None, "--log-requests/--no-log-requests", help="One log line per request.",
                                       show_default=False),
+    metrics_port: int = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics on "
+                                     "http://127.0.0.1:PORT/metrics; 0 picks a free port (see status). "
+                                     "[default: off]", show_default=False),
+    curve_secret_key: str = typer.Option(None, "--curve-secret-key", help="Server key file (keygen's "
+                                         "PREFIX.key_secret); TCP endpoints then require CurveZMQ.",
+                                         show_default=False),
+    curve_allowed_clients: str = typer.Option(None, "--curve-allowed-clients", help="Directory of client public "
+                                              "key files (*.key); only those clients get replies. Re-read on "
+                                              "reload.", show_default=False),
+    insecure: bool = typer.Option(None, "--insecure/--no-insecure", help="Allow plain TCP on a non-loopback "
+                                  "address (anyone who reaches it can use the model).", show_default=False),
     config: Path = typer.Option(None, "--config", help="TOML file of the same settings (snake_case keys).",
                                 show_default=False),
 ) -> None:
     """Load the model and serve decide requests until SIGTERM or SIGINT, then drain and exit 0.
+
+    SIGHUP (or jevany-ctl reload) reloads: fresh workers load the model named
+    now (the --config file is read again), take over once ready, and the old
+    ones finish what they hold.
 
     Every setting can also come from a JEVANY_<NAME> environment variable
     (e.g. JEVANY_MAX_BATCH_SIZE) or the --config file; a flag wins over the
@@ -106,11 +138,22 @@ def serve(
     from jevany_daemon.server.settings import SettingsError, resolve
     from jevany_daemon.server.supervisor import StartupError, Supervisor
 
-    flags = dict(model=model, readout=readout, model_id=model_id, device=device, dtype=dtype,
+    from jevany_daemon.server.settings import parse_mode
+
+    try:
+        mode = None if socket_mode is None else parse_mode(socket_mode)
+    except ValueError:
+        typer.echo(f"error: --socket-mode: {socket_mode!r} is not a file mode such as 0660", err=True)
+        raise typer.Exit(2) from None
+    flags = dict(model=model, readout=readout, model_id=model_id, device=device, dtype=dtype, workers=workers,
+                 heartbeat_timeout=heartbeat_timeout, batch_timeout=batch_timeout, socket_mode=mode,
+                 metrics_port=metrics_port, curve_secret_key=curve_secret_key,
+                 curve_allowed_clients=curve_allowed_clients, insecure=insecure,
                  bind=tuple(bind or ()), control=control, max_batch_size=max_batch_size,
                  max_packed_tokens=max_packed_tokens, max_state_tokens=max_state_tokens,
                  max_branch_tokens=max_branch_tokens, max_padding_waste=max_padding_waste, layout=layout,
-                 max_queue=max_queue, max_message_bytes=max_message_bytes, log_requests=log_requests)
+                 batch_policy=batch_policy, max_queue=max_queue, max_message_bytes=max_message_bytes,
+                 log_requests=log_requests)
     try:
         settings = resolve(flags, config)
     except SettingsError as exc:
@@ -118,8 +161,29 @@ def serve(
         raise typer.Exit(2) from None
     configure_logging()
     try:
-        code = Supervisor(settings).run()
+        code = Supervisor(settings, reload_settings=lambda: resolve(flags, config)).run()
     except StartupError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     raise typer.Exit(code)
+
+
+@app.command("keygen")
+def keygen(
+    prefix: Path = typer.Argument(..., metavar="OUT_PREFIX", help="Writes OUT_PREFIX.key (public) and "
+                                  "OUT_PREFIX.key_secret (secret, mode 0600)."),
+) -> None:
+    """Write a CurveZMQ key pair, for a daemon (--curve-secret-key) or a client.
+
+    Give a daemon's .key file to its clients; put each client's .key file in
+    the daemon's --curve-allowed-clients directory. Existing files are never
+    overwritten.
+    """
+    from jevany_daemon.server.curve import write_keypair
+
+    try:
+        public, secret = write_keypair(prefix)
+    except (FileExistsError, FileNotFoundError, PermissionError) as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(1) from None
+    typer.echo(f"wrote {public} (public: give it to peers) and {secret} (secret: keep it here)")

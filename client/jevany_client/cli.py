@@ -153,21 +153,49 @@ def models(
         typer.echo(format_models(result))
 
 
-def _control_command(op: str, doc: str) -> None:
+def _control_command(op: str, doc: str, settles: bool = False) -> None:
+    """settles: the daemon replies once the op has finished (drain, reload), which can take
+    minutes, so --timeout only bounds reaching it and --wait bounds the rest."""
+
     def command(
         control: str = typer.Option(None, "--control", "-c", help=_CONTROL_HELP),
         timeout: float = typer.Option(3.0, "--timeout", min=0.001, help=_TIMEOUT_HELP),
+        wait: float = typer.Option(
+            600.0, "--wait", min=0.001, hidden=not settles,
+            help="Seconds to wait, once the daemon is reached, for the op to finish.",
+        ),
     ) -> None:
-        result = _ask([control or default_control_endpoint()], timeout, lambda c: c.call(op))
+        if not settles:
+            result = _ask([control or default_control_endpoint()], timeout, lambda c: c.call(op))
+        else:
+            where = [control or default_control_endpoint()]
+            result = _ask(where, timeout, lambda c: _settle(c, op, wait))
         _print_json(result)
 
     command.__doc__ = doc
     ctl_app.command(op.replace("_", "-"))(command)
 
 
+def _settle(client: Any, op: str, wait: float) -> Any:
+    client.ping()
+    try:
+        return client.call(op, timeout=wait)
+    except JevTimeoutError:
+        raise _fail(2, f"the daemon took {op} but did not finish it within {wait:g}s") from None
+
+
 _control_command("clear_cache", "Empty the daemon's prefix cache (control endpoint).")
-_control_command("drain", "Stop taking new work and answer what is in flight (control endpoint).")
-_control_command("reload", "Ask the daemon to reload its model (control endpoint).")
+_control_command(
+    "drain",
+    "Stop taking new work; reply once everything in flight is answered (control endpoint).",
+    settles=True,
+)
+_control_command(
+    "reload",
+    "Start fresh workers (re-reading --config), switch to them once ready, retire the old ones; "
+    "reply when the new ones serve (control endpoint).",
+    settles=True,
+)
 
 
 # -- rendering ---------------------------------------------------------------

@@ -3,11 +3,13 @@
 import itertools
 import math
 import os
+import random
 import secrets
 import threading
 import time
 from collections import deque
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import zmq
@@ -21,6 +23,14 @@ from .schema import Media
 # Sends wait (within the call's timeout) once this many messages are queued
 # towards the daemon, instead of growing memory without bound.
 _SEND_HWM = 10_000
+
+# Ops that change nothing on the daemon, so sending one again is harmless.
+_IDEMPOTENT = frozenset({"decide", "ping", "status", "models"})
+_BACKOFF_FIRST_S = 0.05
+_BACKOFF_MAX_S = 1.0
+# ZeroMQ heartbeats find a daemon whose host vanished without closing the connection.
+_HEARTBEAT_IVL_MS = 2_000
+_HEARTBEAT_TIMEOUT_MS = 10_000
 
 
 def decide_body(
@@ -61,6 +71,24 @@ class JevClient:
     no limit) applies to every call that does not pass its own; on expiry a
     call raises JevTimeoutError and the client stays usable, and a reply that
     arrives later is discarded rather than handed to a later call.
+
+    `retries`: how many more times a `retryable` error (overloaded,
+    shutting_down, worker_lost, deadline_exceeded, ...) is tried again, after
+    a growing, jittered pause, within the call's timeout. Only ops that change
+    nothing are retried (decide, ping, status, models), each time under a new
+    id, so with several endpoints a daemon that is draining or going away is
+    ridden over by the others. 0 raises the first error. When a connection
+    to a daemon drops (it was stopped or killed, or its host vanished), the
+    replies it owed can never come, so such requests still awaited are sent
+    again (same ids, within the same `retries` bound); a duplicate reply is
+    discarded.
+
+    CurveZMQ (TCP endpoints of a daemon started with --curve-secret-key):
+    `server_public_key` is the daemon's public key (z85 text, or the path of
+    its .key file), and the client's own pair comes from
+    `client_secret_key_file` (a .key_secret file from `jevany-daemon keygen`)
+    or from `client_public_key` and `client_secret_key` (z85). The same keys
+    are used for every endpoint of this client.
     """
 
     def __init__(
@@ -68,12 +96,25 @@ class JevClient:
         endpoint: str | Sequence[str] | None = None,
         timeout: float | None = 30.0,
         *,
+        retries: int = 2,
         context: zmq.Context | None = None,
+        server_public_key: str | bytes | os.PathLike | None = None,
+        client_secret_key_file: str | os.PathLike | None = None,
+        client_public_key: str | bytes | None = None,
+        client_secret_key: str | bytes | None = None,
     ) -> None:
         self.endpoints = _endpoint_list(endpoint)
         self.timeout = _check_timeout(timeout)
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ValueError(f"retries must be an integer >= 0, got {retries!r}")
+        self.retries = retries
+        self._curve = _curve_keys(
+            server_public_key, client_secret_key_file, client_public_key, client_secret_key
+        )
         self._context = context
         self._socket: zmq.Socket | None = None
+        self._monitor: zmq.Socket | None = None     # the socket's disconnect events
+        self._poller: zmq.Poller | None = None
         self._pid: int | None = None
         self._owner: int | None = None
         self._lock = threading.Lock()
@@ -102,8 +143,7 @@ class JevClient:
     ) -> dict:
         """Ask one decision; returns the reply's `result` (PROTOCOL.md "decide result")."""
         body = decide_body(state, questions, model, media)
-        wait = self._wait(timeout)
-        return self.call("decide", body, timeout=wait, timeout_ms=_to_ms(wait))
+        return self._call("decide", body, self._wait(timeout), _REMAINING)
 
     def decide_many(
         self,
@@ -113,25 +153,16 @@ class JevClient:
     ) -> list:
         """Pipeline many `decide` bodies over the one socket; results in request order.
 
-        `timeout` bounds the whole batch. With return_exceptions, each failed
+        `timeout` bounds the whole batch, retries included; only the requests that
+        failed retryably are sent again. With return_exceptions, each failed
         request holds its JevanyError in place; otherwise the first failure (in
         request order) is raised once every reply is in or the time is up.
         """
         bodies = list(requests)
         wait = self._wait(timeout)
-        ids = [self._next_id() for _ in bodies]
-        outcomes: dict[str, Any] = {}
-        sendable = []
-        for rid, body in zip(ids, bodies):
-            try:
-                sendable.append((rid, self._encode(rid, "decide", body, _to_ms(wait))))
-            except JevanyError as err:
-                if not return_exceptions:
-                    raise  # nothing has been sent yet
-                outcomes[rid] = err
-        if sendable:
-            outcomes.update(self._exchange(sendable, "decide", wait))
-        results = [outcomes[rid] for rid in ids]
+        results = self._attempts(
+            "decide", bodies, wait, _REMAINING, raise_unsendable=not return_exceptions
+        )
         if not return_exceptions:
             for result in results:
                 if isinstance(result, JevanyError):
@@ -172,17 +203,54 @@ class JevClient:
         `timeout_ms` is sent to the daemon, which then answers
         deadline_exceeded rather than score a request that waited longer.
         """
-        rid = self._next_id()
-        payload = self._encode(rid, op, body, timeout_ms)
-        outcome = self._exchange([(rid, payload)], op, self._wait(timeout))[rid]
+        return self._call(op, body, self._wait(timeout), timeout_ms)
+
+    def _call(self, op: str, body: dict | None, wait: float | None, timeout_ms) -> dict:
+        [outcome] = self._attempts(op, [body], wait, timeout_ms, raise_unsendable=True)
         if isinstance(outcome, JevanyError):
             raise outcome
         return outcome
 
+    def _attempts(
+        self, op: str, bodies: list, wait: float | None, timeout_ms, raise_unsendable: bool
+    ) -> list:
+        """Send every body, then again (new ids, after a pause) those that failed retryably.
+
+        timeout_ms is sent as given, or _REMAINING: the time this call has left.
+        """
+        deadline = None if wait is None else time.monotonic() + wait
+        outcomes: list[Any] = [None] * len(bodies)
+        todo = list(range(len(bodies)))
+        for attempt in itertools.count():
+            left = _left(deadline)
+            sendable, slot = [], {}
+            for i in todo:
+                rid = self._next_id()
+                try:
+                    payload = self._encode(rid, op, bodies[i], _daemon_ms(timeout_ms, left))
+                    sendable.append((rid, payload))
+                    slot[rid] = i
+                except JevanyError as err:
+                    if raise_unsendable and attempt == 0:
+                        raise  # nothing has been sent yet
+                    outcomes[i] = err
+            if sendable:
+                for rid, outcome in self._exchange(sendable, op, left, wait).items():
+                    outcomes[slot[rid]] = outcome
+            todo = [i for i in slot.values() if _worth_retrying(outcomes[i])]
+            if not todo or op not in _IDEMPOTENT or attempt >= self.retries:
+                return outcomes
+            pause = _backoff(attempt)
+            if deadline is not None and time.monotonic() + pause >= deadline:
+                return outcomes
+            time.sleep(pause)
+
     def close(self) -> None:
         self._closed = True
-        sock, self._socket = self._socket, None
+        sock, monitor, self._socket, self._monitor = self._socket, self._monitor, None, None
         if sock is not None and self._pid == os.getpid():
+            sock.disable_monitor()
+            monitor.close(linger=0)
             sock.close(linger=0)
 
     # -- the socket ------------------------------------------------------------
@@ -210,11 +278,15 @@ class JevClient:
         if forked:
             # The inherited socket and context belong to the parent's I/O thread,
             # which does not exist here: drop them without closing anything.
-            self._socket = None
+            self._socket = self._monitor = None
             self._context = None
             self._new_id_space()
         context = zmq.Context.instance() if self._context is None else self._context
-        self._socket = _connect(context, self.endpoints)
+        self._socket = _connect(context, self.endpoints, self._curve)
+        self._monitor = self._socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._poller = zmq.Poller()
+        self._poller.register(self._socket, zmq.POLLIN)
+        self._poller.register(self._monitor, zmq.POLLIN)
         self._context = context
         self._pid = pid
         self._owner = threading.get_ident()
@@ -237,33 +309,40 @@ class JevClient:
             raise InvalidRequestError(f"{op} body cannot be sent: {exc}", request_id=rid) from exc
 
     def _exchange(
-        self, requests: list[tuple[str, bytes]], op: str, wait: float | None
+        self, requests: list[tuple[str, bytes]], op: str, wait: float | None, told: float | None
     ) -> dict[str, Any]:
         sock = self._socket_for_caller()
-        exchange = _Exchange(requests)
+        exchange = _Exchange(requests, resends=self.retries if op in _IDEMPOTENT else 0)
         deadline = None if wait is None else time.monotonic() + wait
+        _disconnects(self._monitor)   # drops before this call cost none of its requests
         exchange.send_ready(sock)
         while exchange.awaited:
             poll_ms = _poll_ms(deadline)
             if poll_ms == 0:
                 break
-            flags = zmq.POLLIN | (zmq.POLLOUT if exchange.unsent else 0)
-            events = sock.poll(poll_ms, flags)
-            if events & zmq.POLLOUT:
+            self._poller.modify(sock, zmq.POLLIN | (zmq.POLLOUT if exchange.unsent else 0))
+            ready = dict(self._poller.poll(poll_ms))
+            if ready.get(self._monitor) and _disconnects(self._monitor):
+                exchange.send_again()
+            events = ready.get(sock, 0)
+            if events & zmq.POLLOUT or (exchange.unsent and self._monitor in ready):
                 exchange.send_ready(sock)
             if events & zmq.POLLIN:
                 exchange.receive_ready(sock)
         self.discarded += exchange.discarded
-        exchange.time_out(op, ", ".join(self.endpoints), wait)
+        exchange.time_out(op, ", ".join(self.endpoints), told)
         return exchange.outcomes
 
 
 class _Exchange:
     """One call's requests: which are unsent, which await a reply, what came back."""
 
-    def __init__(self, requests: list[tuple[str, bytes]]) -> None:
+    def __init__(self, requests: list[tuple[str, bytes]], resends: int = 0) -> None:
         self.unsent = deque(requests)
+        self.payloads = dict(requests)
         self.awaited = {rid for rid, _ in requests}
+        self.sent: set[str] = set()
+        self.resends_left = dict.fromkeys(self.awaited, resends)
         self.outcomes: dict[str, Any] = {}
         self.discarded = 0
         self.unattributed: JevanyError | None = None
@@ -274,7 +353,17 @@ class _Exchange:
                 sock.send(self.unsent[0][1], zmq.NOBLOCK)
             except zmq.Again:
                 return  # no daemon connected yet, or the send queue is full
-            self.unsent.popleft()
+            self.sent.add(self.unsent.popleft()[0])
+
+    def send_again(self) -> None:
+        """A connection dropped: whatever it carried will never be answered, so send what is
+        still awaited once more (it may have gone to a daemon that is fine; the duplicate
+        reply is discarded)."""
+        queued = {rid for rid, _ in self.unsent}
+        for rid in sorted(self.awaited - queued):
+            if self.resends_left[rid] > 0:
+                self.resends_left[rid] -= 1
+                self.unsent.append((rid, self.payloads[rid]))
 
     def receive_ready(self, sock: zmq.Socket) -> None:
         while True:
@@ -308,9 +397,8 @@ class _Exchange:
             self.unattributed = outcome
 
     def time_out(self, op: str, where: str, wait: float | None) -> None:
-        unsent = {rid for rid, _ in self.unsent}
         for rid in self.awaited:
-            sent = rid not in unsent
+            sent = rid in self.sent
             self.outcomes[rid] = JevTimeoutError(
                 self._timeout_message(op, where, wait, sent), request_id=rid, sent=sent
             )
@@ -327,9 +415,11 @@ class _Exchange:
         return message
 
 
-def _connect(context: zmq.Context, endpoints: list[str]) -> zmq.Socket:
+def _connect(context: zmq.Context, endpoints: list[str], curve: tuple | None) -> zmq.Socket:
     sock = context.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
+    if curve is not None:
+        sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = curve
     # Queue requests only on completed connections: a daemon that is down then
     # holds none of them, and with several endpoints the live ones take the load.
     sock.setsockopt(zmq.IMMEDIATE, 1)
@@ -337,6 +427,8 @@ def _connect(context: zmq.Context, endpoints: list[str]) -> zmq.Socket:
     # Replies are bounded by the requests this client sent; a receive limit would
     # only make the daemon's ROUTER drop replies silently.
     sock.setsockopt(zmq.RCVHWM, 0)
+    sock.setsockopt(zmq.HEARTBEAT_IVL, _HEARTBEAT_IVL_MS)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, _HEARTBEAT_TIMEOUT_MS)
     for endpoint in endpoints:
         try:
             sock.connect(endpoint)
@@ -344,6 +436,17 @@ def _connect(context: zmq.Context, endpoints: list[str]) -> zmq.Socket:
             sock.close(linger=0)
             raise ValueError(f"cannot connect to {endpoint!r}: {exc}") from exc
     return sock
+
+
+def _disconnects(monitor: zmq.Socket) -> int:
+    """Take the disconnect events waiting on the monitor socket; how many there were."""
+    seen = 0
+    while True:
+        try:
+            monitor.recv_multipart(zmq.NOBLOCK)
+        except zmq.Again:
+            return seen
+        seen += 1
 
 
 def _endpoint_list(endpoint: str | Sequence[str] | None) -> list[str]:
@@ -362,8 +465,90 @@ def _check_timeout(timeout: float | None) -> float | None:
     return timeout
 
 
-def _to_ms(wait: float | None) -> int | None:
-    return None if wait is None else math.ceil(wait * 1000)
+_REMAINING = object()   # timeout_ms: tell the daemon how long this call has left
+
+
+def _daemon_ms(timeout_ms, left: float | None) -> int | None:
+    if timeout_ms is _REMAINING:
+        return None if left is None else math.ceil(left * 1000)
+    return timeout_ms
+
+
+def _left(deadline: float | None) -> float | None:
+    if deadline is None:
+        return None
+    return max(deadline - time.monotonic(), 0.001)
+
+
+def _worth_retrying(outcome: Any) -> bool:
+    # A timeout has spent the call's time already; anything else the daemon calls retryable is.
+    if isinstance(outcome, JevTimeoutError):
+        return False
+    return isinstance(outcome, JevanyError) and outcome.retryable
+
+
+def _backoff(attempt: int) -> float:
+    # Jittered, so a fleet of clients turned away together does not come back together.
+    return min(_BACKOFF_MAX_S, _BACKOFF_FIRST_S * 2**attempt) * random.uniform(0.5, 1.0)
+
+
+def _curve_keys(server, secret_file, public, secret) -> tuple[bytes, bytes, bytes] | None:
+    """(server public, client public, client secret) as z85 bytes, or None for plain connections."""
+    if server is None:
+        if secret_file is not None or public is not None or secret is not None:
+            raise ValueError(
+                "client keys need server_public_key too (the daemon's .key file or z85 key)"
+            )
+        return None
+    if _looks_like_key(server):
+        server_key = _z85(server)
+    else:
+        server_key = _read_key(server, secret=False)[0]
+    if secret_file is not None:
+        if public is not None or secret is not None:
+            raise ValueError(
+                "give client_secret_key_file or client_public_key + client_secret_key, not both"
+            )
+        client_public, client_secret = _read_key(secret_file, secret=True)
+    elif public is not None and secret is not None:
+        client_public, client_secret = _z85(public), _z85(secret)
+    else:
+        raise ValueError(
+            "server_public_key needs the client's own key pair: client_secret_key_file, "
+            "or client_public_key and client_secret_key"
+        )
+    return server_key, client_public, client_secret
+
+
+def _looks_like_key(value) -> bool:
+    if not isinstance(value, (str, bytes)) or len(value) != 40:
+        return False
+    return not os.path.exists(os.fsdecode(value))
+
+
+def _z85(value: str | bytes) -> bytes:
+    from zmq.utils import z85
+
+    try:
+        key = value.encode("ascii") if isinstance(value, str) else bytes(value)
+        if len(key) == 40 and len(z85.decode(key)) == 32:
+            return key
+    except (ValueError, TypeError):
+        pass
+    raise ValueError("a CurveZMQ key is 40 characters of z85 text")
+
+
+def _read_key(path: str | os.PathLike, secret: bool) -> tuple[bytes, bytes | None]:
+    """Read a key file in ZeroMQ's certificate format (what `jevany-daemon keygen` writes)."""
+    from zmq.auth import load_certificate   # only clients that use CURVE pay for the import
+
+    try:
+        public, secret_key = load_certificate(Path(path).expanduser())
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"cannot read the CurveZMQ key file {path}: {exc}") from None
+    if secret and not secret_key:
+        raise ValueError(f"{path} holds no secret key; give the .key_secret file")
+    return _z85(public), (_z85(secret_key) if secret_key else None)
 
 
 def _poll_ms(deadline: float | None) -> int | None:

@@ -2,11 +2,19 @@
 
 supervisor.py  the one loop: receive → admit → dispatch → reply, signals, drain
 admission.py   the bounded request queue and deadlines
-workers.py     spawning and watching worker processes; what each holds in flight
-worker.py      the worker process: load the model once, score what it is handed
+pool.py        every worker process, by generation (serving, incoming during a reload, retiring)
+workers.py     one worker as the supervisor sees it: hand-over, heartbeat and batch deadlines, exit causes
+worker.py      the worker process: load the model once, score what it is handed, heartbeat
+reload.py      load a new generation beside the serving one, switch, retire the old
 channel.py     the supervisor ↔ worker message shapes
+sockets.py     binding client sockets: ipc safety, socket modes, CURVE on TCP
+curve.py       CurveZMQ key files and the ZAP handler
+sdnotify.py    systemd's notify protocol (READY, STATUS, WATCHDOG, STOPPING)
+metrics.py     Prometheus metrics
+signals.py     signal handlers that only set flags
 status.py      live counters behind the status op
 settings.py    flag > environment > TOML > default, validated before weights load
+logs.py        one key=value line per event; rate-limited events
 
 Nothing here but worker.py imports torch, so a CUDA fault cannot take the sockets down.
 """

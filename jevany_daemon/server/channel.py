@@ -1,18 +1,31 @@
 """Messages between the supervisor and its workers (msgpack lists, over an ipc ROUTER/DEALER pair).
 
-worker → supervisor:  [HELLO, {"pid", "model"}]          loaded, ready for work
-                      [RESULTS, [[tag, ok, payload]...], stats]  answers for a batch; ready again
+worker → supervisor:  [HELLO, {"pid", "model", "load_s"}]  loaded, ready for work
+                      [RESULTS, [[tag, ok, payload]...], stats, batches]
+                                                          answers for a hand-over; ready again. batches:
+                                                          [[size, padded_tokens, real_tokens, latency_ms, ok]...],
+                                                          the forward passes it took
                       [FAILED, message]                   could not load the model
+heartbeat socket   →  [HEARTBEAT]                         alive; sent every interval by a thread, from the
+                                                          worker's identity + "/hb", while it scores too
 supervisor → worker:  [BATCH, [[tag, body]...]]           everything it takes at once
                       [STOP]                              finish and exit
 """
 import msgpack
 
-HELLO, RESULTS, FAILED, BATCH, STOP = "hello", "results", "failed", "batch", "stop"
+HELLO, RESULTS, FAILED, HEARTBEAT, BATCH, STOP = "hello", "results", "failed", "heartbeat", "batch", "stop"
 
 # A worker that fails to load its model exits with this, so the supervisor
 # stops with the worker's message instead of restarting it in a loop.
 EXIT_LOAD_FAILED = 3
+
+HEARTBEAT_MAX_INTERVAL_S = 1.0
+HEARTBEAT_SUFFIX = b"/hb"     # the heartbeat socket's identity: the worker's plus this
+
+
+def heartbeat_interval(heartbeat_timeout: float) -> float:
+    """Several beats fit in the timeout, so one late beat never kills a healthy worker."""
+    return min(HEARTBEAT_MAX_INTERVAL_S, heartbeat_timeout / 4)
 
 
 def encode(kind: str, *args) -> bytes:

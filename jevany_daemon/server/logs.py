@@ -17,3 +17,27 @@ def _value(v) -> str:
 
 def event(log: logging.Logger, name: str, level: int = logging.INFO, **fields) -> None:
     log.log(level, " ".join([f"event={name}", *(f"{k}={_value(v)}" for k, v in fields.items())]))
+
+
+class RateLimited:
+    """An event that can come thousands of times a second: the first is logged at once, then at
+    most one line per period, counting what happened since (count=N)."""
+
+    def __init__(self, log: logging.Logger, name: str, period_s: float, clock, level: int = logging.INFO):
+        self.log, self.name, self.period_s, self.clock, self.level = log, name, period_s, clock, level
+        self.pending = 0
+        self.fields: dict = {}
+        self.next_at = float("-inf")
+
+    def hit(self, **fields) -> None:
+        self.pending += 1
+        self.fields = fields
+        self.flush()
+
+    def flush(self) -> None:
+        """Log what is pending if the period allows; call it now and then so a burst's tail is told."""
+        now = self.clock()
+        if self.pending and now >= self.next_at:
+            event(self.log, self.name, level=self.level, count=self.pending, **self.fields)
+            self.pending = 0
+            self.next_at = now + self.period_s

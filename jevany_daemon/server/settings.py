@@ -4,10 +4,11 @@ Everything is validated here, in the supervisor, before a worker starts
 loading weights, so a typo costs milliseconds rather than a model load.
 No torch: the supervisor imports this.
 """
+import ipaddress
 import os
 import re
 import tomllib
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
 from jevany_client.endpoints import default_control_endpoint, default_endpoint
@@ -18,6 +19,12 @@ READOUTS = ("choice", "pointer", "lm_token")
 DTYPES = ("fp32", "bf16", "fp16")
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 _ENDPOINT = re.compile(r"(ipc://.+|tcp://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.*-]+):\d{1,5})")
+_TCP_HOST = re.compile(r"tcp://\[?([^\]]*?)\]?:\d+")
+
+# What a reload may change: everything a worker is built from. The rest
+# (sockets, queue, keys, metrics) needs a restart, and a reload says so.
+RELOADABLE = ("model", "readout", "model_id", "device", "dtype", "workers",
+              "heartbeat_timeout", "batch_timeout", "engine")
 
 
 class SettingsError(ValueError):
@@ -29,13 +36,21 @@ class ServeSettings:
     model: str | None = None          # None: the built-in tiny demo model (random weights)
     readout: str | None = None        # None: the checkpoint's own, or choice for a plain causal LM
     model_id: str | None = None
-    device: str = "cpu"
+    device: str = "cpu"               # one device, or a comma-separated list: one worker each
     dtype: str = "fp32"
+    workers: int | None = None        # None: one per listed device
+    heartbeat_timeout: float = 10.0   # a ready worker silent this long is killed and replaced
+    batch_timeout: float = 120.0      # a batch unanswered this long means a hung worker
     bind: tuple[str, ...] = ()        # empty: the default ipc endpoint
     control: str | None = None        # None: the default control endpoint; "" disables it
+    socket_mode: int | None = None    # chmod for public ipc socket files; None: owner only (0700 directory)
     max_queue: int = 1024
     max_message_bytes: int = 8 << 20
     log_requests: bool = False
+    metrics_port: int | None = None   # Prometheus on 127.0.0.1:PORT; 0 picks a free port; None: off
+    curve_secret_key: str | None = None       # server key file; TCP endpoints then require CURVE
+    curve_allowed_clients: str | None = None  # directory of allowed clients' public key files
+    insecure: bool = False            # allow plain TCP on a non-loopback address
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     @property
@@ -48,18 +63,48 @@ class ServeSettings:
             return default_control_endpoint()
         return self.control or None
 
+    @property
+    def devices(self) -> tuple[str, ...]:
+        return tuple(d.strip() for d in self.device.split(","))
+
+    @property
+    def worker_count(self) -> int:
+        return self.workers if self.workers is not None else len(self.devices)
+
+    def worker_devices(self) -> list[str]:
+        """The device of each worker: the list, repeated as often as --workers asks."""
+        devices = self.devices
+        return [devices[i % len(devices)] for i in range(self.worker_count)]
+
+    @property
+    def curve(self) -> bool:
+        return self.curve_secret_key is not None
+
+    def worker_settings(self, device: str) -> dict:
+        """What one worker process is told: these settings with its own device, and for a CPU
+        worker its share of the cores (torch would otherwise give every worker all of them)."""
+        sharing = self.worker_devices().count("cpu")
+        threads = max(1, (os.cpu_count() or 1) // sharing) if device == "cpu" else None
+        return {**asdict(self), "device": device, "cpu_threads": threads}
+
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def with_reloaded(self, fresh: "ServeSettings") -> tuple["ServeSettings", list[str]]:
+        """These settings with fresh's model settings; also the names that differ but need a restart."""
+        taken = replace(self, **{name: getattr(fresh, name) for name in RELOADABLE})
+        ignored = [f.name for f in fields(self) if f.name not in RELOADABLE
+                   and getattr(fresh, f.name) != getattr(self, f.name)]
+        return taken, ignored
 
 
 # Settings read from the environment and TOML, with how to parse each.
 ENGINE_FIELDS = tuple(f.name for f in fields(EngineConfig))
-SERVE_FIELDS = ("model", "readout", "model_id", "device", "dtype", "bind", "control",
-                "max_queue", "max_message_bytes", "log_requests")
+SERVE_FIELDS = tuple(f.name for f in fields(ServeSettings) if f.name != "engine")
 _INTS = {"max_queue", "max_message_bytes", "max_batch_size", "max_packed_tokens",
-         "max_state_tokens", "max_branch_tokens"}
-_FLOATS = {"max_padding_waste"}
-_BOOLS = {"log_requests"}
+         "max_state_tokens", "max_branch_tokens", "workers", "metrics_port"}
+_FLOATS = {"max_padding_waste", "heartbeat_timeout", "batch_timeout"}
+_BOOLS = {"log_requests", "insecure"}
 
 
 def _from_env(env) -> dict:
@@ -82,11 +127,23 @@ def _parse(name: str, raw: str, where: str):
             if raw.lower() not in ("1", "0", "true", "false", "yes", "no"):
                 raise ValueError(raw)
             return raw.lower() in ("1", "true", "yes")
+        if name == "socket_mode":
+            return parse_mode(raw)
     except ValueError:
         raise SettingsError(f"{where}: {raw!r} is not a valid {name}") from None
     if name == "bind":
         return tuple(e.strip() for e in raw.split(",") if e.strip())
     return raw
+
+
+def parse_mode(raw) -> int:
+    """'660', '0660', '0o660' or an int → a file mode; read as octal, like chmod."""
+    if isinstance(raw, int) and not isinstance(raw, bool):
+        return raw
+    text = str(raw).strip().lower().removeprefix("0o")
+    if not re.fullmatch(r"[0-7]{3,4}", text):
+        raise ValueError(raw)
+    return int(text, 8)
 
 
 def _from_toml(path: Path) -> dict:
@@ -103,6 +160,13 @@ def _from_toml(path: Path) -> dict:
         data["bind"] = (data["bind"],)
     elif isinstance(data.get("bind"), list):
         data["bind"] = tuple(data["bind"])
+    if isinstance(data.get("device"), list):
+        data["device"] = ",".join(map(str, data["device"]))
+    if "socket_mode" in data:
+        try:
+            data["socket_mode"] = parse_mode(data["socket_mode"])
+        except ValueError:
+            raise SettingsError(f"--config {path}: socket_mode {data['socket_mode']!r} is not a file mode") from None
     return data
 
 
@@ -123,21 +187,87 @@ def resolve(flags: dict, config_file: Path | None = None, env=os.environ) -> Ser
 
 
 def validate(s: ServeSettings) -> None:
+    _validate_model(s)
+    _validate_pool(s)
+    for name in ("max_queue", "max_message_bytes"):
+        _positive_int(name, getattr(s, name))
+    _validate_endpoints(s)
+    _validate_security(s)
+    if s.metrics_port is not None and (isinstance(s.metrics_port, bool) or not isinstance(s.metrics_port, int)
+                                       or not 0 <= s.metrics_port <= 65535):
+        raise SettingsError(f"metrics_port must be a port number (0 picks a free one), got {s.metrics_port!r}")
+    if s.socket_mode is not None and not (isinstance(s.socket_mode, int) and 0 <= s.socket_mode <= 0o777):
+        raise SettingsError(f"socket_mode must be a file mode such as 0660, got {s.socket_mode!r}")
+
+
+def _positive_int(name: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise SettingsError(f"{name} must be an integer >= 1, got {value!r}")
+
+
+def _validate_model(s: ServeSettings) -> None:
     if s.readout is not None and s.readout not in READOUTS:
         raise SettingsError(f"readout must be one of {', '.join(READOUTS)}, got {s.readout!r}")
     if s.dtype not in DTYPES:
         raise SettingsError(f"dtype must be one of {', '.join(DTYPES)}, got {s.dtype!r}")
-    if not _DEVICE.fullmatch(s.device):
-        raise SettingsError(f"device must be cpu, cuda or cuda:N, got {s.device!r}")
     if s.model is not None and not s.model.strip():
         raise SettingsError("model must not be empty")
-    for name in ("max_queue", "max_message_bytes"):
+
+
+def _validate_pool(s: ServeSettings) -> None:
+    devices = s.devices
+    for device in devices:
+        if not _DEVICE.fullmatch(device):
+            raise SettingsError(f"device must be cpu, cuda or cuda:N (or a comma-separated list), got {s.device!r}")
+    if len(set(devices)) != len(devices):
+        raise SettingsError(f"device lists {s.device!r} twice; use --workers N for several workers on one device")
+    if s.workers is not None:
+        _positive_int("workers", s.workers)
+        if s.workers % len(devices):
+            raise SettingsError(f"workers={s.workers} cannot be spread evenly over the {len(devices)} devices "
+                                f"{s.device!r}; give a multiple of {len(devices)}, or one device")
+    for name in ("heartbeat_timeout", "batch_timeout"):
         value = getattr(s, name)
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise SettingsError(f"{name} must be an integer >= 1, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
+            raise SettingsError(f"{name} must be a number of seconds > 0, got {value!r}")
+
+
+def _validate_endpoints(s: ServeSettings) -> None:
     endpoints = list(s.endpoints) + ([s.control_endpoint] if s.control_endpoint else [])
     for endpoint in endpoints:
         if not isinstance(endpoint, str) or not _ENDPOINT.fullmatch(endpoint):
             raise SettingsError(f"endpoint {endpoint!r} must be ipc://PATH or tcp://HOST:PORT")
     if len(set(endpoints)) != len(endpoints):
         raise SettingsError("the control endpoint must differ from every public endpoint")
+
+
+def _validate_security(s: ServeSettings) -> None:
+    if (s.curve_secret_key is None) != (s.curve_allowed_clients is None):
+        raise SettingsError("curve_secret_key and curve_allowed_clients go together: the server's key pair "
+                            "and the directory of client public keys it accepts")
+    if s.curve:
+        if not Path(s.curve_secret_key).is_file():
+            raise SettingsError(f"curve_secret_key: {s.curve_secret_key} is not a file")
+        if not Path(s.curve_allowed_clients).is_dir():
+            raise SettingsError(f"curve_allowed_clients: {s.curve_allowed_clients} is not a directory")
+        return
+    endpoints = list(s.endpoints) + ([s.control_endpoint] if s.control_endpoint else [])
+    exposed = [e for e in endpoints if not is_loopback(e)]
+    if exposed and not s.insecure:
+        raise SettingsError(f"{exposed[0]} is reachable from the network without CurveZMQ, so anyone there could "
+                            "use the model; give --curve-secret-key and --curve-allowed-clients, bind 127.0.0.1, "
+                            "or pass --insecure")
+
+
+def is_loopback(endpoint: str) -> bool:
+    """True for ipc endpoints and TCP on a loopback address; hostnames and wildcards count as exposed."""
+    match = _TCP_HOST.fullmatch(endpoint)
+    if match is None:
+        return not endpoint.startswith("tcp://")
+    host = match.group(1)
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

@@ -1,4 +1,5 @@
-"""Live counters behind the status op: outcomes by code, latency percentiles, batching."""
+"""The status op: live counters (outcomes by code, latency percentiles), batching, workers."""
+import os
 from collections import Counter, deque
 
 LATENCY_WINDOW = 4096   # recent decide replies the percentiles are taken over
@@ -53,3 +54,58 @@ def merge_batching(per_worker: list[dict], max_batch_size: int, max_packed_token
         "mean_batch_size": round(requests / batches, 3) if batches else 0.0,
         "batch_size_histogram": dict(sorted(histogram.items(), key=lambda kv: int(kv[0]))),
     }
+
+
+def add_stats(total: dict, stats: dict) -> None:
+    """Fold one engine's batching statistics into a running total (a worker that is gone keeps counting)."""
+    total["batches"] = total.get("batches", 0) + stats.get("batches", 0)
+    total["requests"] = total.get("requests", 0) + stats.get("requests", 0)
+    histogram = Counter(total.get("batch_size_histogram", {}))
+    histogram.update(stats.get("batch_size_histogram", {}))
+    total["batch_size_histogram"] = dict(histogram)
+
+
+def batching(sup) -> dict:
+    engine = sup.settings.engine
+    return merge_batching([w.stats or {} for w in sup.pool.workers] + [sup.pool.gone_stats],
+                          engine.max_batch_size, engine.max_packed_tokens)
+
+
+def describe_model(sup) -> dict:
+    """The serving generation's model as its workers describe it, else what the settings say."""
+    model = next((w.model for w in sup.pool.serving() if w.model), None)
+    if model is None:
+        s = sup.settings
+        return {"id": s.model_id or s.model or "tiny-demo", "source": s.model or "tiny-demo",
+                "readout": s.readout or "", "layout": s.engine.layout, "device": s.device, "dtype": s.dtype}
+    return {**model, "batching": batching(sup)}
+
+
+def daemon_status(sup) -> dict:
+    """The status op's result (PROTOCOL.md, "status result")."""
+    model = describe_model(sup)
+    return {
+        "version": sup.version,
+        "pid": os.getpid(),
+        "uptime_s": round(sup.clock() - sup.started, 3),
+        "state": sup.state,
+        "endpoints": list(sup.settings.endpoints),
+        "control_endpoint": sup.settings.control_endpoint,
+        "max_message_bytes": sup.settings.max_message_bytes,
+        "metrics": sup.metrics_url,
+        "curve": sup.zap is not None,
+        "model": {k: model.get(k) for k in ("id", "source", "readout", "layout", "device", "dtype")},
+        "batching": batching(sup),
+        "queue": {"depth": len(sup.queue), "max_depth": sup.queue.max_depth},
+        "workers": sup.pool.describe(),
+        "reload": sup.reloads.describe(),
+        "requests": sup.counters.requests(),
+        "latency_ms": sup.counters.latency_ms(),
+    }
+
+
+def status_line(sup, decide_per_s: float) -> str:
+    serving = sup.pool.serving()
+    up = sum(w.state in ("idle", "busy") for w in serving)
+    return (f"{sup.state}: {up}/{len(serving)} workers, queue {len(sup.queue)}/{sup.queue.max_depth}, "
+            f"{decide_per_s:.1f} decide/s, {sup.counters.by_op['decide']} decided")

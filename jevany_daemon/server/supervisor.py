@@ -2,30 +2,30 @@
 
 Each turn of the loop runs the same phases, in order:
 
-    wait → handle signals → receive from clients → receive from workers
-         → expire deadlines → dispatch to idle workers → watch workers → finish a drain
+    wait → handle signals → authenticate → receive from clients → receive from workers
+         → expire deadlines → dispatch to idle workers → watch workers → advance a reload
+         → finish a drain → report (systemd, metrics, throttled logs)
 
 Every message a client sends gets exactly one reply: an answer, or a typed
 error (invalid_message, overloaded, deadline_exceeded, shutting_down,
 worker_lost, ...). No torch here; only the worker processes hold the model.
+
+Signals (SIGTERM, SIGINT: drain and exit; SIGHUP: reload) only set flags
+(signals.py); the handle-signals phase acts on them.
 """
 import logging
 import os
 import shutil
 import signal
-import socket
-import subprocess
 import tempfile
 import time
 from itertools import count
 
 import zmq
 
-from jevany_client.endpoints import ipc_path
 from jevany_client.errors import (
     ForbiddenError,
     InternalError,
-    InvalidRequestError,
     JevanyError,
     OverloadedError,
     DeadlineExceededError,
@@ -38,43 +38,54 @@ from jevany_client.schema import parse_decision
 
 from jevany_daemon import __version__
 
-from . import channel
+from . import channel, curve
 from .admission import Entry, RequestQueue
-from .logs import event
+from .logs import RateLimited, event
+from .metrics import Metrics
+from .pool import WorkerPool
+from .reload import Reloads
+from .sdnotify import Notifier
 from .settings import ServeSettings
-from .status import Counters, merge_batching
-from .workers import BUSY, DEAD, IDLE, STOPPING, WorkerHandle, spawn
+from .signals import SignalFlags
+from .sockets import StartupError, bind_router
+from .status import Counters, daemon_status, describe_model, status_line
+from .workers import BUSY, IDLE, STOPPING, WorkerHandle
 
 log = logging.getLogger("jevany.supervisor")
 
 RECEIVE_BURST = 1000      # messages taken from one socket per turn, so no socket starves the rest
-IDLE_WAIT_MS = 200        # longest sleep in poll; bounds how late a dead worker is noticed
-REPLY_LINGER_MS = 2000    # on close, how long final replies may take to leave
-WORKER_STOP_S = 10.0
-
-
-class StartupError(RuntimeError):
-    """The daemon cannot start (socket in use, model failed to load); the message says why."""
+IDLE_WAIT_MS = 200        # longest sleep in poll; bounds how late a hang or a report is noticed
+REPORT_EVERY_S = 2.0      # how often the systemd STATUS= line is renewed
+OVERLOAD_LOG_EVERY_S = 10.0
+MAX_FAILED_STARTS = 3     # a slot whose replacements die this often before loading stops the daemon
 
 
 class Supervisor:
-    def __init__(self, settings: ServeSettings, clock=time.monotonic):
+    def __init__(self, settings: ServeSettings, clock=time.monotonic, reload_settings=None, env=os.environ):
         self.settings = settings
         self.clock = clock
         self.queue = RequestQueue(settings.max_queue)
         self.counters = Counters()
-        self.workers: list[WorkerHandle] = []
+        self.metrics = Metrics()
+        self.notifier = Notifier(env)
+        self.reloads = Reloads(self, reload_settings or (lambda: settings))
+        self.overloads = RateLimited(log, "overload", OVERLOAD_LOG_EVERY_S, clock, level=logging.WARNING)
         self.state = "starting"
+        self.version = __version__
         self.started = clock()
         self.exit_code = 0
         self.done = False
+        self.zap = None
+        self.metrics_url = None
         self._tags = count(1)
-        self._signals: list[int] = []
+        self.signals: SignalFlags | None = None
         self._stop_now = False
         self._exiting = False              # drain ends in exit (signal) rather than idling (drain op)
         self._drain_waiters: list = []     # control clients awaiting "drained"
         self._bound_ipc: list = []
         self._failure: str | None = None
+        self._next_report = self._next_watchdog = clock()
+        self._decided_at_report = (0, clock())
 
     # --- lifecycle -------------------------------------------------------
 
@@ -90,117 +101,120 @@ class Supervisor:
     def start(self) -> None:
         self.ctx = zmq.Context()
         self.poller = zmq.Poller()
+        self._start_curve()
         self.public = [self._bind_client_socket(ep) for ep in self.settings.endpoints]
         control = self.settings.control_endpoint
-        self.control = self._bind_client_socket(control) if control else None
-        self._rundir = tempfile.mkdtemp(prefix="jevany-workers-")   # 0700: only we reach the workers
-        self.backend_endpoint = f"ipc://{self._rundir}/backend.sock"
-        self.backend = self.ctx.socket(zmq.ROUTER)
-        self.backend.setsockopt(zmq.LINGER, 0)
-        self.backend.bind(self.backend_endpoint)
-        self.poller.register(self.backend, zmq.POLLIN)
-        self._install_signals()
-        self.workers = [spawn(0, 0, self.backend_endpoint, self.settings.to_dict())]
+        self.control = self._bind_client_socket(control, mode=0o600) if control else None
+        self._start_backend()
+        self.signals = SignalFlags(self.poller)
+        self._start_metrics()
+        self.pool.start_generation(self.settings)
         event(log, "start", version=__version__, endpoints=",".join(self.settings.endpoints),
               control=control or "none", model=self.settings.model or "tiny-demo",
-              max_batch_size=self.settings.engine.max_batch_size, max_queue=self.settings.max_queue)
+              workers=self.settings.worker_count, devices=",".join(self.settings.worker_devices()),
+              max_batch_size=self.settings.engine.max_batch_size, max_queue=self.settings.max_queue,
+              curve="on" if self.zap else "off", metrics=self.metrics_url or "off")
 
     def tick(self) -> None:
         ready = self.wait()
         self.handle_signals()
+        self.authenticate(ready)
         self.receive_clients(ready)
         self.receive_workers(ready)
         self.expire_deadlines()
         self.dispatch()
         self.watch_workers()
+        self.reloads.advance()
         self.finish_drain()
+        self.report()
 
     def close(self) -> None:
-        for w in self.workers:
-            self._stop_worker(w)
-        for sock in getattr(self, "public", []) + [getattr(self, "control", None), getattr(self, "backend", None)]:
+        # Client sockets first: a client connected to several daemons sees this one go at once
+        # and sends elsewhere whatever it still awaits from here (final replies still leave: LINGER).
+        for sock in getattr(self, "public", []) + [getattr(self, "control", None)]:
             if sock is not None:
                 sock.close()
+        if hasattr(self, "pool"):
+            self.pool.stop_all()
+        if hasattr(self, "backend"):
+            self.backend.close()
+        if self.zap is not None:
+            self.zap.close()
         if hasattr(self, "ctx"):
             self.ctx.term()
         for path in self._bound_ipc:
             path.unlink(missing_ok=True)
         if getattr(self, "_rundir", None):
             shutil.rmtree(self._rundir, ignore_errors=True)
-        if hasattr(self, "_wake_r"):
-            signal.set_wakeup_fd(-1)
-            self._wake_r.close()
-            self._wake_w.close()
+        if self.signals is not None:
+            self.signals.close()
+        self.metrics.close()
+        self.notifier.close()
         event(log, "stop", exit_code=self.exit_code, **({"error": self._failure} if self._failure else {}))
 
-    # --- sockets and signals ---------------------------------------------
+    # --- sockets -----------------------------------------------------------
 
-    def _bind_client_socket(self, endpoint: str):
-        path = ipc_path(endpoint)
-        if path is not None:
-            self._prepare_ipc_path(path, endpoint)
-        sock = self.ctx.socket(zmq.ROUTER)
-        sock.setsockopt(zmq.LINGER, REPLY_LINGER_MS)
-        sock.setsockopt(zmq.MAXMSGSIZE, self.settings.max_message_bytes)
+    def _start_curve(self) -> None:
+        if not self.settings.curve:
+            return
         try:
-            sock.bind(endpoint)
-        except zmq.ZMQError as exc:
-            sock.close()
-            raise StartupError(f"cannot bind {endpoint}: {exc}") from None
+            self._curve_keys = curve.load_server_keys(self.settings.curve_secret_key)
+        except ValueError as exc:
+            raise StartupError(str(exc)) from None
+        self.zap = curve.ZapHandler(self.ctx, self.settings.curve_allowed_clients, self.clock)
+        self.poller.register(self.zap.sock, zmq.POLLIN)
+
+    def _start_backend(self) -> None:
+        self._rundir = tempfile.mkdtemp(prefix="jevany-workers-")   # 0700: only we reach the workers
+        endpoint = f"ipc://{self._rundir}/backend.sock"
+        self.backend = self.ctx.socket(zmq.ROUTER)
+        self.backend.setsockopt(zmq.LINGER, 0)
+        self.backend.bind(endpoint)
+        self.poller.register(self.backend, zmq.POLLIN)
+        self.pool = WorkerPool(self.backend, endpoint, self.poller, self.clock)
+
+    def _start_metrics(self) -> None:
+        if self.settings.metrics_port is None:
+            return
+        try:
+            port = self.metrics.serve(self.settings.metrics_port)
+        except OSError as exc:
+            raise StartupError(f"cannot serve metrics on 127.0.0.1:{self.settings.metrics_port}: {exc}") from None
+        self.metrics_url = f"http://127.0.0.1:{port}/metrics"
+
+    def _bind_client_socket(self, endpoint: str, mode: int | None = None):
+        keys = self._curve_keys if self.zap is not None else None
+        sock, path = bind_router(self.ctx, endpoint, self.settings.max_message_bytes, keys,
+                                 self.settings.socket_mode if mode is None else mode)
         if path is not None:
             self._bound_ipc.append(path)
         self.poller.register(sock, zmq.POLLIN)
         return sock
 
-    def _prepare_ipc_path(self, path, endpoint: str) -> None:
-        # libzmq silently replaces an existing socket file, which would steal a
-        # running daemon's clients; refuse when something still answers there.
-        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        if path.parent.stat().st_uid != os.getuid():
-            # /tmp/jevany-UID is a predictable name; someone else may have made it first.
-            raise StartupError(f"{path.parent} belongs to another user; refusing to put a socket there")
-        if path.exists():
-            probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                probe.connect(str(path))
-                raise StartupError(f"another process is serving on {endpoint}; stop it or choose another --bind")
-            except (ConnectionRefusedError, FileNotFoundError):
-                path.unlink(missing_ok=True)   # stale file from a daemon that died
-            finally:
-                probe.close()
-
-    def _install_signals(self) -> None:
-        self._wake_r, self._wake_w = socket.socketpair()
-        self._wake_r.setblocking(False)
-        self._wake_w.setblocking(False)
-        signal.set_wakeup_fd(self._wake_w.fileno())   # wakes poll() the moment a signal lands
-        self.poller.register(self._wake_r.fileno(), zmq.POLLIN)
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            signal.signal(sig, self._on_signal)
-
-    def _on_signal(self, signum, frame) -> None:
-        self._signals.append(signum)     # only a flag; the loop acts on it
-
     # --- phases ----------------------------------------------------------
 
     def wait(self) -> dict:
+        now = self.clock()
         timeout = IDLE_WAIT_MS
         deadline = self.queue.next_deadline()
         if deadline is not None:
-            timeout = max(0, min(timeout, int((deadline - self.clock()) * 1000) + 1))
-        return dict(self.poller.poll(timeout))
+            timeout = min(timeout, int((deadline - now) * 1000) + 1)
+        if self.notifier.watchdog_s is not None:
+            timeout = min(timeout, int((self._next_watchdog - now) * 1000) + 1)
+        return dict(self.poller.poll(max(0, timeout)))
 
     def handle_signals(self) -> None:
-        try:
-            while self._wake_r.recv(64):
-                pass
-        except BlockingIOError:
-            pass
-        while self._signals:
-            signum = self._signals.pop(0)
+        for signum in self.signals.take():
+            if signum == signal.SIGHUP:
+                self.reloads.begin(cause="SIGHUP")
+                continue
             if self.state == "draining" and self._exiting:
                 self._stop_now = True     # a second signal: stop without waiting for the queue
             self.begin_drain(exiting=True, cause=signal.Signals(signum).name)
+
+    def authenticate(self, ready: dict) -> None:
+        if self.zap is not None and self.zap.sock in ready:
+            self.zap.handle()
 
     def receive_clients(self, ready: dict) -> None:
         for sock in self.public + ([self.control] if self.control else []):
@@ -223,8 +237,9 @@ class Supervisor:
                 break
             except ValueError:
                 continue   # not a worker's two-frame message; nothing else can reach this ipc path
-            worker = next((w for w in self.workers if w.identity == ident), None)
+            worker = self.pool.find(ident)
             if worker is not None:
+                worker.last_seen = self.clock()
                 self.handle_worker_message(worker, channel.decode(payload))
 
     def expire_deadlines(self) -> None:
@@ -232,16 +247,23 @@ class Supervisor:
             self.reply_error(entry, DeadlineExceededError("timeout_ms passed before scoring began"))
 
     def dispatch(self) -> None:
-        for worker in self.workers:
-            if worker.state != IDLE or not len(self.queue):
-                continue
-            entries = self.queue.take(self.settings.engine.max_batch_size)
-            worker.hand_over(self.backend, entries)
+        for worker in self.pool.serving():
+            if not len(self.queue):
+                return
+            if worker.available:
+                entries = self.queue.take(self.settings.engine.max_batch_size)
+                now = self.clock()
+                for entry in entries:
+                    self.metrics.queue_wait.observe(now - entry.received)
+                worker.hand_over(self.backend, entries, now)
 
     def watch_workers(self) -> None:
-        for i, worker in enumerate(self.workers):
-            if worker.state != DEAD and worker.exited():
-                self.on_worker_exit(i, worker)
+        for worker, cause in self.pool.hung():
+            event(log, "worker_hung", level=logging.WARNING, index=worker.slot, pid=worker.pid, cause=cause)
+            worker.kill(cause)
+        for worker in self.pool.exited():
+            self.on_worker_exit(worker)
+        self.pool.retire_idle()
 
     def finish_drain(self) -> None:
         if self.state != "draining":
@@ -249,14 +271,32 @@ class Supervisor:
         if self._stop_now:
             for entry in self.queue.take_all():
                 self.reply_error(entry, ShuttingDownError("the daemon stopped before scoring this request"))
-        busy = any(w.inflight for w in self.workers)
-        if len(self.queue) or busy:
+        if len(self.queue) or self.pool.inflight():
             return
         for sock, envelope, rid in self._drain_waiters:
             self.send(sock, envelope, ok_reply(rid, {"state": "drained"}))
         self._drain_waiters.clear()
         if self._exiting:
             self.done = True
+
+    def report(self) -> None:
+        now = self.clock()
+        self.metrics.gauges(len(self.queue), self.queue.max_depth, self.pool.inflight(),
+                            [w.state for w in self.pool.workers], self.state == "ready")
+        self.overloads.flush()
+        if self.notifier.watchdog_s is not None and now >= self._next_watchdog:
+            self.notifier.watchdog()
+            self._next_watchdog = now + self.notifier.watchdog_s
+        if now >= self._next_report:
+            self._next_report = now + REPORT_EVERY_S
+            self.notifier.status(self.status_line())     # while loading too: "starting: 1/2 workers"
+
+    def status_line(self) -> str:
+        """systemd's STATUS=: workers up, queue depth, decide replies per second since the last line."""
+        decided, now = self.counters.by_op["decide"], self.clock()
+        before, since = self._decided_at_report
+        self._decided_at_report = (decided, now)
+        return status_line(self, (decided - before) / max(now - since, 1e-9))
 
     # --- client messages -------------------------------------------------
 
@@ -266,7 +306,7 @@ class Supervisor:
         try:
             request = decode_request(payload)
         except JevanyError as exc:
-            self.counters.record(None, exc.code)
+            self.record(None, exc.code)
             self.send(sock, envelope, error_reply(exc.request_id, exc))
             return
         try:
@@ -275,11 +315,11 @@ class Supervisor:
             handler = getattr(self, f"op_{request.op}")
             result = handler(sock, envelope, request, received)
         except JevanyError as exc:
-            self.counters.record(request.op, exc.code)
+            self.record(request.op, exc.code)
             self.send(sock, envelope, error_reply(request.id, exc))
             return
         if result is not None:
-            self.counters.record(request.op, None)
+            self.record(request.op, None)
             self.send(sock, envelope, ok_reply(request.id, result))
 
     def op_decide(self, sock, envelope, request, received):
@@ -289,6 +329,7 @@ class Supervisor:
             raise ShuttingDownError("the daemon is stopping")
         parse_decision(request.body)      # reject bad bodies here, before they take a queue slot
         if self.queue.full:
+            self.overloads.hit(queue=len(self.queue), max_queue=self.queue.max_depth)
             raise OverloadedError(f"queue is full ({self.queue.max_depth} requests waiting); retry later")
         deadline = None if request.timeout_ms is None else received + request.timeout_ms / 1000
         self.queue.push(Entry(next(self._tags), sock, envelope, request.id, request.body, received, deadline))
@@ -310,16 +351,18 @@ class Supervisor:
     def op_drain(self, sock, envelope, request, received):
         self.begin_drain(exiting=False, cause="drain op")
         self._drain_waiters.append((sock, envelope, request.id))
-        self.counters.record(request.op, None)
+        self.record(request.op, None)
         return None
 
     def op_reload(self, sock, envelope, request, received):
-        raise InternalError("reload is not supported by this version; restart the daemon instead")
+        self.reloads.begin(cause="reload op", waiter=(sock, envelope, request.id))
+        return None    # the reply comes when the new workers serve, or the reload fails
 
     def begin_drain(self, exiting: bool, cause: str) -> None:
         if self.state != "draining":
-            event(log, "drain", cause=cause, queued=len(self.queue),
-                  inflight=sum(len(w.inflight) for w in self.workers))
+            event(log, "drain", cause=cause, queued=len(self.queue), inflight=self.pool.inflight())
+            self.notifier.stopping(f"draining: {cause}")
+            self.reloads.cancel("the daemon began draining")
         self.state = "draining"
         self._exiting = self._exiting or exiting
 
@@ -328,72 +371,100 @@ class Supervisor:
     def handle_worker_message(self, worker: WorkerHandle, message: list) -> None:
         kind, *args = message
         if kind == channel.HELLO:
-            worker.model, worker.state, worker.ready_once = args[0]["model"], IDLE, True
-            if self.state == "starting":
-                self.state = "ready"
-            event(log, "worker_ready", index=worker.index, pid=args[0]["pid"], model=worker.model["id"],
-                  readout=worker.model["readout"], layout=worker.model["layout"], device=worker.model["device"])
+            self.on_worker_ready(worker, args[0])
         elif kind == channel.RESULTS:
-            results, worker.stats = args
-            for tag, ok, payload in results:
-                entry = worker.inflight.pop(tag, None)
-                if entry is None:
-                    continue
-                worker.requests += 1
-                if ok:
-                    self.reply_ok(entry, payload)
-                else:
-                    self.reply_error(entry, error_from_wire(payload))
-            for entry in worker.inflight.values():   # a worker that skipped one broke its promise
-                self.reply_error(entry, InternalError("the worker returned no answer for this request"))
-            worker.inflight.clear()
-            worker.state = IDLE if worker.state == BUSY else worker.state
+            self.on_results(worker, *args)
         elif kind == channel.FAILED:
-            self._failure = args[0]
+            worker.failure = args[0]
 
-    def on_worker_exit(self, index: int, worker: WorkerHandle) -> None:
-        code = worker.proc.returncode
-        worker.state = DEAD
+    def on_worker_ready(self, worker: WorkerHandle, hello: dict) -> None:
+        worker.model, worker.state, worker.ready_once = hello["model"], IDLE, True
+        fields = {}
+        if worker.replacing_since is not None:
+            fields["replaced_in_s"] = round(self.clock() - worker.replacing_since, 3)
+        event(log, "worker_ready", index=worker.slot, pid=hello["pid"], generation=worker.generation,
+              model=worker.model["id"], readout=worker.model["readout"], layout=worker.model["layout"],
+              device=worker.model["device"], load_s=hello.get("load_s"), **fields)
+        if self.state == "starting" and all(w.ready_once for w in self.pool.serving()):
+            self.state = "ready"
+            self.metrics.describe_model(worker.model)
+            event(log, "ready", workers=len(self.pool.serving()), model=worker.model["id"],
+                  seconds=round(self.clock() - self.started, 3))
+            self.notifier.ready(self.status_line())
+
+    def on_results(self, worker: WorkerHandle, results: list, stats: dict, batches: list = ()) -> None:
+        worker.stats = stats
+        self.metrics.batches(batches)
+        for tag, ok, payload in results:
+            entry = worker.inflight.pop(tag, None)
+            if entry is None:
+                continue
+            worker.requests += 1
+            if ok:
+                self.reply_ok(entry, payload)
+            else:
+                self.reply_error(entry, error_from_wire(payload))
+        for entry in worker.inflight.values():   # a worker that skipped one broke its promise
+            self.reply_error(entry, InternalError("the worker returned no answer for this request"))
+        worker.inflight.clear()
+        if worker.state == BUSY:
+            worker.state, worker.busy_since = IDLE, None
+
+    def on_worker_exit(self, worker: WorkerHandle) -> None:
+        self.pool.remove(worker)
         for entry in worker.inflight.values():
             self.reply_error(entry, WorkerLostError("the worker scoring this request died; it is being restarted"))
         worker.inflight.clear()
-        event(log, "worker_exit", level=logging.WARNING, index=index, pid=worker.proc.pid, code=code)
-        if not worker.ready_once or code == channel.EXIT_LOAD_FAILED:
-            self._failure = self._failure or f"worker exited with code {code} before loading the model"
-            event(log, "startup_failed", level=logging.ERROR, error=self._failure)
-            self.exit_code = 1
-            self.begin_drain(exiting=True, cause="worker failed to start")
-            self._stop_now = True
+        cause = worker.exit_cause()
+        if worker.state == STOPPING and worker.kill_cause is None:
+            event(log, "worker_stopped", index=worker.slot, pid=worker.pid, generation=worker.generation)
             return
+        event(log, "worker_exit", level=logging.WARNING, index=worker.slot, pid=worker.pid,
+              generation=worker.generation, role=self.pool.role(worker), code=worker.proc.returncode, cause=cause)
+        role = self.pool.role(worker)
+        if role == "incoming":
+            self.reloads.worker_failed(worker, cause)
+        elif role == "serving":
+            self.replace_or_fail(worker, cause)
+
+    def replace_or_fail(self, worker: WorkerHandle, cause: str) -> None:
         if self.state == "draining" and self._exiting:
             return
-        replacement = spawn(index, worker.generation + 1, self.backend_endpoint, self.settings.to_dict())
-        replacement.restarts = worker.restarts + 1
-        self.workers[index] = replacement
-        event(log, "worker_restart", index=index, restarts=replacement.restarts)
-
-    def _stop_worker(self, worker: WorkerHandle) -> None:
-        if worker.exited():
+        never_served = self.state == "starting" and not worker.ready_once
+        if not worker.ready_once and (worker.proc.returncode == channel.EXIT_LOAD_FAILED or never_served
+                                      or worker.failed_starts + 1 >= MAX_FAILED_STARTS):
+            self.fail(worker.failure or f"worker {worker.slot} exited before loading the model ({cause})")
             return
-        worker.state = STOPPING
-        try:
-            self.backend.send_multipart([worker.identity, channel.encode(channel.STOP)], zmq.NOBLOCK)
-            worker.proc.wait(WORKER_STOP_S)
-        except (zmq.ZMQError, subprocess.TimeoutExpired):   # a stuck worker is killed
-            worker.proc.kill()
-            worker.proc.wait()
+        replacement = self.pool.replace(worker, self.settings)
+        self.metrics.restarts.labels("hung" if worker.kill_cause else "died").inc()
+        event(log, "worker_restart", index=worker.slot, restarts=replacement.restarts, pid=replacement.pid)
+
+    def fail(self, message: str) -> None:
+        """Stop the daemon: nothing can serve (a model that will not load)."""
+        self._failure = self._failure or message
+        event(log, "startup_failed" if self.state == "starting" else "failed", level=logging.ERROR,
+              error=self._failure)
+        self.exit_code = 1
+        self.begin_drain(exiting=True, cause="worker failed to start")
+        self._stop_now = True
 
     # --- replies ---------------------------------------------------------
 
+    def record(self, op: str | None, code: str | None, latency_s: float | None = None) -> None:
+        self.counters.record(op, code, latency_s)
+        self.metrics.reply(op, code)
+        if latency_s is not None:
+            self.metrics.latency.observe(latency_s)
+
     def reply_ok(self, entry: Entry, result: dict) -> None:
         latency = self.clock() - entry.received
-        self.counters.record("decide", None, latency)
+        self.record("decide", None, latency)
         if self.settings.log_requests:
             event(log, "request", id=entry.id, outcome="ok", ms=round(latency * 1000, 2))
         self.send(entry.sock, entry.envelope, ok_reply(entry.id, result))
 
     def reply_error(self, entry: Entry, err: JevanyError) -> None:
-        self.counters.record("decide", err.code, self.clock() - entry.received)
+        self.record("decide", err.code, self.clock() - entry.received)
         if self.settings.log_requests:
             event(log, "request", id=entry.id, outcome=err.code)
         self.send(entry.sock, entry.envelope, error_reply(entry.id, err))
@@ -409,30 +480,7 @@ class Supervisor:
     # --- status ----------------------------------------------------------
 
     def model_description(self) -> dict:
-        model = next((w.model for w in self.workers if w.model), None)
-        if model is None:
-            s = self.settings
-            return {"id": s.model_id or s.model or "tiny-demo", "source": s.model or "tiny-demo",
-                    "readout": s.readout or "", "layout": s.engine.layout, "device": s.device, "dtype": s.dtype}
-        stats = [w.stats or {} for w in self.workers]
-        return {**model, "batching": merge_batching(stats, self.settings.engine.max_batch_size,
-                                                     self.settings.engine.max_packed_tokens)}
+        return describe_model(self)
 
     def status(self) -> dict:
-        model = self.model_description()
-        return {
-            "version": __version__,
-            "pid": os.getpid(),
-            "uptime_s": round(self.clock() - self.started, 3),
-            "state": self.state,
-            "endpoints": list(self.settings.endpoints),
-            "control_endpoint": self.settings.control_endpoint,
-            "max_message_bytes": self.settings.max_message_bytes,
-            "model": {k: model.get(k) for k in ("id", "source", "readout", "layout", "device", "dtype")},
-            "batching": merge_batching([w.stats or {} for w in self.workers],
-                                       self.settings.engine.max_batch_size, self.settings.engine.max_packed_tokens),
-            "queue": {"depth": len(self.queue), "max_depth": self.queue.max_depth},
-            "workers": [w.describe() for w in self.workers],
-            "requests": self.counters.requests(),
-            "latency_ms": self.counters.latency_ms(),
-        }
+        return daemon_status(self)

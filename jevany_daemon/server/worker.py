@@ -12,6 +12,8 @@ import os
 import signal
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
 
 import zmq
@@ -50,7 +52,7 @@ def demo_model_dir() -> Path:
     return target
 
 
-def load_engine(settings: dict):
+def load_engine(settings: dict, observer=None):
     from transformers.utils import logging as hf_logging
 
     from jevany_daemon.engine.engine import Engine
@@ -58,6 +60,10 @@ def load_engine(settings: dict):
 
     hf_logging.disable_progress_bar()   # progress bars are noise in a service log
 
+    if settings.get("cpu_threads"):
+        import torch
+
+        torch.set_num_threads(settings["cpu_threads"])
     source = settings["model"]
     if source is None:
         source = str(demo_model_dir())
@@ -65,7 +71,7 @@ def load_engine(settings: dict):
               note="no --model given: serving a tiny model with RANDOM weights; its answers mean nothing")
     model = load_model(source, readout=settings["readout"], device=settings["device"],
                        dtype=settings["dtype"], model_id=settings["model_id"])
-    return Engine(model, EngineConfig(**settings["engine"]))
+    return Engine(model, EngineConfig(**settings["engine"]), observer=observer)
 
 
 def score(engine, items: list) -> list:
@@ -87,7 +93,35 @@ def score(engine, items: list) -> list:
     ]
 
 
-def serve(sock, engine) -> None:
+class Heartbeat(threading.Thread):
+    """Tells the supervisor every interval that this process lives, while the main thread scores.
+
+    A thread rather than beats between batches, so a long batch is not taken
+    for a hang; a batch that truly hangs is the supervisor's batch deadline.
+    """
+
+    def __init__(self, ctx, backend: str, identity: bytes, interval_s: float):
+        super().__init__(name="heartbeat", daemon=True)
+        self.ctx, self.backend, self.identity, self.interval_s = ctx, backend, identity, interval_s
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        sock = self.ctx.socket(zmq.DEALER)    # its own socket: ZeroMQ sockets are not shared between threads
+        sock.setsockopt(zmq.IDENTITY, self.identity + channel.HEARTBEAT_SUFFIX)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(self.backend)
+        beat = channel.encode(channel.HEARTBEAT)
+        try:
+            while not self.stopped.wait(self.interval_s):
+                try:
+                    sock.send(beat, zmq.NOBLOCK)
+                except zmq.Again:
+                    pass    # the supervisor is not reading; silence is the message
+        finally:
+            sock.close()
+
+
+def serve(sock, engine, batches: list) -> None:
     parent = os.getppid()
     while True:
         if not sock.poll(PARENT_CHECK_MS):
@@ -100,7 +134,9 @@ def serve(sock, engine) -> None:
             return
         if kind == channel.BATCH:
             results = score(engine, args[0])
-            sock.send(channel.encode(channel.RESULTS, results, engine.stats.as_dict()))
+            records = [[r.size, r.padded_tokens, r.real_tokens, r.latency_ms, r.ok] for r in batches]
+            batches.clear()
+            sock.send(channel.encode(channel.RESULTS, results, engine.stats.as_dict(), records))
 
 
 def main(argv=None) -> int:
@@ -120,23 +156,40 @@ def main(argv=None) -> int:
     sock.setsockopt(zmq.IDENTITY, args.identity.encode())
     sock.setsockopt(zmq.LINGER, 2000)
     sock.connect(args.backend)
+    batches: list = []    # the engine's BatchRecords since the last results message
+    started = time.monotonic()
     try:
-        engine = load_engine(settings)
+        engine = load_engine(settings, observer=batches.append)
     except Exception as exc:   # noqa: BLE001 - reported to the supervisor, which stops
         message = f"{type(exc).__name__}: {exc}"
-        event(log, "worker_load_failed", error=message)
+        event(log, "worker_load_failed", level=logging.ERROR, error=message)
         sock.send(channel.encode(channel.FAILED, message))
         sock.close()
         ctx.term()
         return channel.EXIT_LOAD_FAILED
-    sock.send(channel.encode(channel.HELLO, {"pid": os.getpid(), "model": engine.describe()}))
+    heartbeat = Heartbeat(ctx, args.backend, args.identity.encode(),
+                          channel.heartbeat_interval(settings["heartbeat_timeout"]))
+    heartbeat.start()
+    sock.send(channel.encode(channel.HELLO, {"pid": os.getpid(), "model": engine.describe(),
+                                             "load_s": round(time.monotonic() - started, 3)}))
     try:
-        serve(sock, engine)
+        serve(sock, engine, batches)
     finally:
+        heartbeat.stopped.set()
+        heartbeat.join()
         sock.close()
         ctx.term()
     return 0
 
 
+def exit_now(code: int) -> None:
+    """Exit without the interpreter's teardown: unloading torch and its threads takes seconds,
+    and a worker has nothing left to save once its sockets are closed."""
+    logging.shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_now(main())

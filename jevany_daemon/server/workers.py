@@ -1,55 +1,120 @@
-"""Worker processes as the supervisor sees them: spawn, hand over work, notice death."""
+"""Worker processes as the supervisor sees them: spawn, hand over work, notice death or silence."""
 import json
+import os
+import signal
 import subprocess
 import sys
 from dataclasses import dataclass, field
 
 from . import channel
 from .admission import Entry
+from .sdnotify import worker_environment
 
-STARTING, IDLE, BUSY, STOPPING, DEAD = "starting", "idle", "busy", "stopping", "dead"
+STARTING, IDLE, BUSY, STOPPING = "starting", "idle", "busy", "stopping"
 
 
 @dataclass(eq=False)
 class WorkerHandle:
-    index: int
-    generation: int
+    slot: int                  # its place in its generation (0..workers-1)
+    serial: int                # unique per process the supervisor starts
+    generation: int            # which model load it belongs to; a reload starts the next
     proc: subprocess.Popen
     device: str
+    heartbeat_timeout: float
+    batch_timeout: float
+    spawned_at: float
     state: str = STARTING
     inflight: dict = field(default_factory=dict)    # tag → Entry, everything it was handed
-    restarts: int = 0
+    restarts: int = 0          # predecessors in this slot that died or hung
+    failed_starts: int = 0     # predecessors in a row that died before loading
     requests: int = 0
-    model: dict | None = None      # describe() from its hello
+    model: dict | None = None  # describe() from its hello
     stats: dict = field(default_factory=dict)       # its engine's batching statistics
     ready_once: bool = False
+    last_seen: float = 0.0     # any message, heartbeats included
+    busy_since: float | None = None
+    stop_sent_at: float | None = None
+    kill_cause: str | None = None    # why the supervisor killed it, for the exit line
+    failure: str | None = None       # the message it sent when it could not load
+    replacing_since: float | None = None   # when its predecessor's death was noticed
+    sentinel: int | None = None      # a pidfd: readable the moment the process exits
 
     @property
     def identity(self) -> bytes:
-        return identity(self.index, self.generation)
+        # A new identity per process: late messages from a dead one can't be mistaken for its successor's.
+        return f"w{self.slot}.{self.serial}".encode()
 
-    def hand_over(self, backend, entries: list[Entry]) -> None:
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    @property
+    def available(self) -> bool:
+        return self.state == IDLE and self.kill_cause is None
+
+    def hand_over(self, backend, entries: list[Entry], now: float) -> None:
         self.inflight = {e.tag: e for e in entries}
-        self.state = BUSY
+        self.state, self.busy_since = BUSY, now
         backend.send_multipart([self.identity, channel.encode(channel.BATCH, [[e.tag, e.body] for e in entries])])
 
     def exited(self) -> bool:
         return self.proc.poll() is not None
 
-    def describe(self) -> dict:
-        return {"index": self.index, "pid": self.proc.pid, "device": self.device, "state": self.state,
-                "restarts": self.restarts, "requests": self.requests, "inflight": len(self.inflight)}
+    def silent_for(self, now: float) -> float:
+        return now - self.last_seen
+
+    def hang_cause(self, now: float, stop_within_s: float) -> str | None:
+        """Why this worker counts as hung now, or None."""
+        if self.kill_cause is not None:
+            return None
+        if self.ready_once and self.silent_for(now) > self.heartbeat_timeout:
+            return f"hung: no heartbeat for {self.silent_for(now):.1f}s"
+        if self.state == BUSY and now - self.busy_since > self.batch_timeout:
+            return f"hung: batch unanswered after {now - self.busy_since:.1f}s"
+        if self.state == STOPPING and now - self.stop_sent_at > stop_within_s:
+            return f"hung: still running {stop_within_s:.0f}s after stop"
+        return None
+
+    def kill(self, cause: str) -> None:
+        self.kill_cause = cause
+        try:
+            self.proc.send_signal(signal.SIGKILL)    # works on a stopped (SIGSTOP) process too
+        except ProcessLookupError:
+            pass
+
+    def exit_cause(self) -> str:
+        code = self.proc.returncode
+        if self.kill_cause:
+            return f"{self.kill_cause}; killed"
+        if code is not None and code < 0:
+            try:
+                return f"killed by {signal.Signals(-code).name}"
+            except ValueError:
+                return f"killed by signal {-code}"
+        if code == channel.EXIT_LOAD_FAILED:
+            return "could not load the model"
+        return f"exit code {code}"
+
+    def describe(self, role: str) -> dict:
+        return {"index": self.slot, "pid": self.proc.pid, "device": self.device, "state": self.state,
+                "role": role, "generation": self.generation, "restarts": self.restarts,
+                "requests": self.requests, "inflight": len(self.inflight)}
 
 
-def identity(index: int, generation: int) -> bytes:
-    # A new identity per incarnation: late messages from a dead one can't be mistaken for its successor's.
-    return f"w{index}.{generation}".encode()
-
-
-def spawn(index: int, generation: int, backend: str, settings: dict) -> WorkerHandle:
-    proc = subprocess.Popen(
+def spawn(slot: int, serial: int, generation: int, backend: str, settings: dict, now: float) -> WorkerHandle:
+    worker = WorkerHandle(slot, serial, generation, None, settings["device"], settings["heartbeat_timeout"],
+                          settings["batch_timeout"], spawned_at=now, last_seen=now)
+    worker.proc = subprocess.Popen(
         [sys.executable, "-m", "jevany_daemon.server.worker", "--backend", backend,
-         "--identity", identity(index, generation).decode(), "--settings", json.dumps(settings)],
-        stdin=subprocess.DEVNULL,
+         "--identity", worker.identity.decode(), "--settings", json.dumps(settings)],
+        stdin=subprocess.DEVNULL, env=worker_environment(),
     )
-    return WorkerHandle(index, generation, proc, settings["device"])
+    worker.sentinel = _pidfd(worker.proc.pid)
+    return worker
+
+
+def _pidfd(pid: int) -> int | None:
+    try:
+        return os.pidfd_open(pid)
+    except (AttributeError, OSError):   # no pidfd here: exits are noticed on the next poll timeout
+        return None

@@ -12,19 +12,35 @@ READY_WITHIN_S = 90.0
 STOP_WITHIN_S = 60.0
 
 
-class Daemon:
-    """One `jevany-daemon serve` subprocess with its own ipc endpoints and log."""
+def wait_for(condition, within_s: float, what: str, poll_s: float = 0.05):
+    """Poll condition() until it returns something truthy; fail naming what never happened."""
+    deadline = time.monotonic() + within_s
+    while True:
+        value = condition()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what}: not within {within_s}s")
+        time.sleep(poll_s)   # polling a condition with a deadline, not standing in for a reply
 
-    def __init__(self, directory: Path, model: Path, *args: str):
+
+class Daemon:
+    """One `jevany-daemon serve` subprocess with its own ipc endpoints and log.
+
+    model None leaves --model out, so the --config file or the environment names it.
+    """
+
+    def __init__(self, directory: Path, model: Path | None, *args: str, env: dict | None = None):
         self.dir = directory
         self.socket = directory / "d.sock"
         self.endpoint = f"ipc://{self.socket}"
         self.control = f"ipc://{directory}/c.sock"
         self.log = directory / "daemon.log"
-        env = {**os.environ, "JEVANY_LOG_LEVEL": "INFO", "HF_HUB_OFFLINE": "1"}
+        env = {**os.environ, "JEVANY_LOG_LEVEL": "INFO", "HF_HUB_OFFLINE": "1", **(env or {})}
+        model_args = [] if model is None else ["--model", str(model)]
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "jevany_daemon", "serve", "--model", str(model),
+                [sys.executable, "-m", "jevany_daemon", "serve", *model_args,
                  "--bind", self.endpoint, "--control", self.control, *args],
                 stdout=out, stderr=subprocess.STDOUT, env=env,
             )
@@ -43,6 +59,13 @@ class Daemon:
                 time.sleep(0.1)   # polling a loading daemon, not standing in for a reply
         raise RuntimeError(f"daemon not ready within {READY_WITHIN_S}s:\n{self.log.read_text()}")
 
+    def status(self) -> dict:
+        with self.client(timeout=30) as client:
+            return client.status()
+
+    def workers(self) -> list[dict]:
+        return self.status()["workers"]
+
     def stop(self, sig=signal.SIGTERM) -> int:
         if self.proc.poll() is None:
             self.proc.send_signal(sig)
@@ -55,3 +78,6 @@ class Daemon:
 
     def client(self, **kw) -> JevClient:
         return JevClient(self.endpoint, **kw)
+
+    def control_client(self, **kw) -> JevClient:
+        return JevClient(self.control, **kw)

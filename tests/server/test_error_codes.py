@@ -136,6 +136,8 @@ def test_overloaded_with_a_small_queue(start_daemon):
     assert any(r["ok"] for r in replies)
     still_serves(daemon)
     daemon.stop()
+    logged = [line for line in daemon.log.read_text().splitlines() if "event=overload" in line]
+    assert 1 <= len(logged) < len(codes) and "count=1 " in logged[0]     # rate-limited, not one per reject
 
 
 def test_shutting_down_after_drain(start_daemon):

@@ -80,12 +80,14 @@ def test_invalid_settings_fail_before_any_weights_load(tmp_path):
     assert time.monotonic() - started < 60
 
 
-def test_a_model_that_cannot_load_stops_the_daemon_with_its_reason(tmp_path):
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_a_model_that_cannot_load_stops_the_daemon_with_its_reason(tmp_path, workers):
     d = Path(tempfile.mkdtemp(prefix="jvd-"))
     proc = run_serve("--model", str(tmp_path / "missing"), "--bind", f"ipc://{d}/s.sock",
-                     "--control", f"ipc://{d}/c.sock", timeout=120)
+                     "--control", f"ipc://{d}/c.sock", "--workers", workers, timeout=120)
     assert proc.returncode == 1
     assert "model does not exist" in proc.stderr
+    assert "event=startup_failed" in proc.stderr and "event=stop exit_code=1" in proc.stderr
     assert "worker_restart" not in proc.stderr
     assert not (d / "s.sock").exists()
 

@@ -50,3 +50,63 @@ def test_bad_config_files(tmp_path):
         resolve({}, unknown, env={})
     with pytest.raises(SettingsError, match="does not exist"):
         resolve({}, tmp_path / "nope.toml", env={})
+
+
+def test_workers_and_devices():
+    assert resolve({}, None, env={}).worker_devices() == ["cpu"]
+    assert resolve({"workers": 2}, None, env={}).worker_devices() == ["cpu", "cpu"]
+    assert resolve({"device": "cuda:0,cuda:1"}, None, env={}).worker_devices() == ["cuda:0", "cuda:1"]
+    four = resolve({}, None, env={"JEVANY_DEVICE": "cuda:0, cuda:1", "JEVANY_WORKERS": "4"})
+    assert four.worker_devices() == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
+    assert four.worker_settings("cuda:1")["device"] == "cuda:1"
+
+
+def test_device_lists_in_toml_and_socket_modes(tmp_path):
+    toml = tmp_path / "jevany.toml"
+    toml.write_text('device = ["cuda:0", "cuda:1"]\nsocket_mode = 0o660\n')
+    s = resolve({}, toml, env={})
+    assert s.devices == ("cuda:0", "cuda:1") and s.socket_mode == 0o660
+    assert resolve({}, None, env={"JEVANY_SOCKET_MODE": "0640"}).socket_mode == 0o640
+
+
+@pytest.mark.parametrize("flags,env,message", [
+    ({"workers": 0}, {}, "workers must be an integer >= 1"),
+    ({}, {"JEVANY_WORKERS": "two"}, "JEVANY_WORKERS"),
+    ({"workers": 3, "device": "cuda:0,cuda:1"}, {}, "cannot be spread evenly over the 2 devices"),
+    ({"device": "cuda:0,cuda:0"}, {}, "twice; use --workers"),
+    ({"device": "cuda:0,gpu"}, {}, "device must be cpu, cuda or cuda:N"),
+    ({"heartbeat_timeout": 0.0}, {}, "heartbeat_timeout must be a number of seconds > 0"),
+    ({}, {"JEVANY_BATCH_TIMEOUT": "-1"}, "batch_timeout must be a number of seconds > 0"),
+    ({}, {"JEVANY_SOCKET_MODE": "rw-rw----"}, "JEVANY_SOCKET_MODE"),
+    ({"metrics_port": 70000}, {}, "metrics_port must be a port number"),
+    ({"bind": ("tcp://0.0.0.0:5555",)}, {}, "without CurveZMQ"),
+    ({"bind": ("tcp://10.1.2.3:5555",)}, {}, "without CurveZMQ"),
+    ({"bind": ("tcp://myhost:5555",)}, {}, "without CurveZMQ"),
+    ({"control": "tcp://*:5556"}, {}, "without CurveZMQ"),
+    ({"curve_allowed_clients": "/tmp"}, {}, "go together"),
+])
+def test_invalid_pool_and_security_settings(flags, env, message):
+    with pytest.raises(SettingsError, match=message):
+        resolve(flags, None, env=env)
+
+
+def test_loopback_tcp_is_fine_and_insecure_opens_the_rest(tmp_path):
+    for bind in ("tcp://127.0.0.1:5555", "tcp://localhost:5555", "tcp://[::1]:5555", "tcp://127.0.0.2:5555"):
+        assert resolve({"bind": (bind,)}, None, env={}).endpoints == (bind,)
+    assert resolve({"bind": ("tcp://0.0.0.0:5555",), "insecure": True}, None, env={}).insecure
+    assert resolve({"bind": ("tcp://0.0.0.0:5555",)}, None, env={"JEVANY_INSECURE": "1"}).insecure
+    key = tmp_path / "server.key_secret"
+    key.write_text("")
+    curve = resolve({"bind": ("tcp://0.0.0.0:5555",), "curve_secret_key": str(key),
+                     "curve_allowed_clients": str(tmp_path)}, None, env={})
+    assert curve.curve and not curve.insecure
+    with pytest.raises(SettingsError, match="is not a directory"):
+        resolve({"curve_secret_key": str(key), "curve_allowed_clients": str(key)}, None, env={})
+
+
+def test_a_reload_takes_the_model_settings_and_lists_the_rest():
+    running = resolve({"max_queue": 10, "model": "/m/a"}, None, env={})
+    fresh = resolve({"max_queue": 20, "model": "/m/b", "workers": 2, "max_batch_size": 8}, None, env={})
+    taken, needs_restart = running.with_reloaded(fresh)
+    assert (taken.model, taken.worker_count, taken.engine.max_batch_size) == ("/m/b", 2, 8)
+    assert taken.max_queue == 10 and needs_restart == ["max_queue"]

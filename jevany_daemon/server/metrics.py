@@ -1,0 +1,79 @@
+"""Prometheus metrics, served on 127.0.0.1 when --metrics-port is given.
+
+The supervisor updates them from its loop; prometheus_client's own HTTP thread
+only reads them. Batch facts (size, padded tokens, forward-pass time) come
+from the workers' results messages, so scoring is measured where it happens.
+"""
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
+
+_SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
+_TOKENS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
+_SECONDS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+WORKER_STATES = ("starting", "idle", "busy", "stopping")
+
+
+class Metrics:
+    def __init__(self):
+        r = self.registry = CollectorRegistry()
+        self.requests = Counter("jevany_requests", "Replies sent, by op and outcome (ok or the error code).",
+                                ["op", "outcome"], registry=r)
+        self.queue_depth = Gauge("jevany_queue_depth", "decide requests waiting for a worker.", registry=r)
+        self.queue_max = Gauge("jevany_queue_max_depth", "The queue bound (--max-queue).", registry=r)
+        self.inflight = Gauge("jevany_inflight_requests", "Requests handed to workers, not yet answered.",
+                              registry=r)
+        self.batch_size = Histogram("jevany_batch_size", "Requests per forward pass.", buckets=_SIZES, registry=r)
+        self.padded_tokens = Histogram("jevany_batch_padded_tokens", "Padded tokens per forward pass.",
+                                       buckets=_TOKENS, registry=r)
+        self.tokens = Counter("jevany_tokens", "Tokens through forward passes; padded minus real is waste.",
+                              ["kind"], registry=r)
+        self.queue_wait = Histogram("jevany_queue_wait_seconds", "decide: received until handed to a worker.",
+                                    buckets=_SECONDS, registry=r)
+        self.scoring = Histogram("jevany_scoring_seconds", "One forward pass, measured in the worker.",
+                                 buckets=_SECONDS, registry=r)
+        self.latency = Histogram("jevany_request_latency_seconds", "decide: received until replied.",
+                                 buckets=_SECONDS, registry=r)
+        self.restarts = Counter("jevany_worker_restarts", "Workers replaced after dying or hanging.", ["cause"],
+                                registry=r)
+        self.workers = Gauge("jevany_workers", "Worker processes by state.", ["state"], registry=r)
+        self.reloads = Counter("jevany_reloads", "Reloads, by result.", ["result"], registry=r)
+        self.ready = Gauge("jevany_ready", "1 while the daemon serves, 0 while starting or draining.", registry=r)
+        self.model = Info("jevany_model", "The model being served.", registry=r)
+        for cause in ("died", "hung"):
+            self.restarts.labels(cause)       # series exist at 0, so a rate() has a start
+        for result in ("ok", "failed", "refused"):
+            self.reloads.labels(result)
+        self._server = None
+
+    def serve(self, port: int) -> int:
+        """Start the HTTP endpoint on loopback; returns the port (useful when 0 asked for any)."""
+        self._server, _thread = start_http_server(port, addr="127.0.0.1", registry=self.registry)
+        return self._server.server_port
+
+    def close(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+
+    def reply(self, op: str | None, code: str | None) -> None:
+        self.requests.labels(op or "unreadable", code or "ok").inc()
+
+    def batches(self, records: list) -> None:
+        """records: [[size, padded_tokens, real_tokens, latency_ms, ok]...] from a worker's results."""
+        for size, padded, real, latency_ms, _ok in records:
+            self.batch_size.observe(size)
+            self.padded_tokens.observe(padded)
+            self.tokens.labels("padded").inc(padded)
+            self.tokens.labels("real").inc(real)
+            self.scoring.observe(latency_ms / 1000)
+
+    def gauges(self, queue_depth: int, queue_max: int, inflight: int, worker_states: list[str], ready: bool):
+        self.queue_depth.set(queue_depth)
+        self.queue_max.set(queue_max)
+        self.inflight.set(inflight)
+        for state in WORKER_STATES:
+            self.workers.labels(state).set(worker_states.count(state))
+        self.ready.set(1 if ready else 0)
+
+    def describe_model(self, model: dict) -> None:
+        self.model.info({k: str(model.get(k, "")) for k in ("id", "source", "readout", "layout", "device", "dtype")})

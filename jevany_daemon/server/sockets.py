@@ -1,0 +1,55 @@
+"""The client-facing ROUTER sockets: bind safely, secure TCP with CURVE, open ipc files to a group."""
+import os
+import socket
+from pathlib import Path
+
+import zmq
+
+from jevany_client.endpoints import ipc_path
+
+from . import curve
+
+REPLY_LINGER_MS = 2000    # on close, how long final replies may take to leave
+
+
+class StartupError(RuntimeError):
+    """The daemon cannot start (socket in use, model failed to load); the message says why."""
+
+
+def bind_router(ctx, endpoint: str, max_message_bytes: int, curve_keys: tuple | None = None,
+                mode: int | None = None) -> tuple[zmq.Socket, Path | None]:
+    """A ROUTER bound to endpoint; for ipc also the socket file, chmod'ed to mode when given."""
+    path = ipc_path(endpoint)
+    if path is not None:
+        prepare_ipc_path(path, endpoint)
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, REPLY_LINGER_MS)
+    sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
+    if curve_keys is not None and endpoint.startswith("tcp://"):
+        curve.secure(sock, *curve_keys)
+    try:
+        sock.bind(endpoint)
+    except zmq.ZMQError as exc:
+        sock.close()
+        raise StartupError(f"cannot bind {endpoint}: {exc}") from None
+    if path is not None and mode is not None:
+        path.chmod(mode)     # e.g. 0660 with a shared group: that group's members may connect
+    return sock, path
+
+
+def prepare_ipc_path(path: Path, endpoint: str) -> None:
+    # libzmq silently replaces an existing socket file, which would steal a
+    # running daemon's clients; refuse when something still answers there.
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if path.parent.stat().st_uid != os.getuid():
+        # /tmp/jevany-UID is a predictable name; someone else may have made it first.
+        raise StartupError(f"{path.parent} belongs to another user; refusing to put a socket there")
+    if path.exists():
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(path))
+            raise StartupError(f"another process is serving on {endpoint}; stop it or choose another --bind")
+        except (ConnectionRefusedError, FileNotFoundError):
+            path.unlink(missing_ok=True)   # stale file from a daemon that died
+        finally:
+            probe.close()

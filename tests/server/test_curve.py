@@ -1,0 +1,112 @@
+"""CurveZMQ on TCP: keys from keygen; an allowed client is served, any other gets nothing at all."""
+import os
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+
+import msgpack
+import pytest
+import zmq
+from typer.testing import CliRunner
+
+from jevany_client import JevClient, JevTimeoutError
+from jevany_daemon import workloads
+from jevany_daemon.cli import app
+
+from .daemons import wait_for
+
+GOOD = workloads.short(1, seed=6)[0]
+NOTHING_WITHIN_S = 1.5
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def keygen(prefix) -> None:
+    result = CliRunner().invoke(app, ["keygen", str(prefix)])
+    assert result.exit_code == 0, result.output
+
+
+def test_keygen_writes_a_private_secret_and_never_overwrites(tmp_path):
+    keygen(tmp_path / "server")
+    secret, public = tmp_path / "server.key_secret", tmp_path / "server.key"
+    assert stat.S_IMODE(secret.stat().st_mode) == 0o600
+    assert "secret-key" in secret.read_text() and "secret-key" not in public.read_text()
+    public_z85, secret_z85 = zmq.auth.load_certificate(secret)
+    assert zmq.auth.load_certificate(public) == (public_z85, None) and len(secret_z85) == 40
+    again = CliRunner().invoke(app, ["keygen", str(tmp_path / "server")])
+    assert again.exit_code == 1 and "refusing to overwrite" in again.output
+    assert zmq.auth.load_certificate(secret)[1] == secret_z85
+
+
+@pytest.fixture
+def keys(tmp_path):
+    allowed = tmp_path / "clients"
+    allowed.mkdir()
+    keygen(tmp_path / "server")
+    keygen(allowed / "alice")
+    keygen(tmp_path / "mallory")           # a valid key pair, but not in the allowed directory
+    return tmp_path
+
+
+def raw_reply(endpoint, server_key, client_key) -> dict | None:
+    """A bare DEALER with CURVE keys: the reply, or None when nothing came within the wait."""
+    ctx = zmq.Context()
+    try:
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.curve_serverkey = zmq.auth.load_certificate(server_key)[0]
+        sock.curve_publickey, sock.curve_secretkey = zmq.auth.load_certificate(client_key)
+        sock.connect(endpoint)
+        sock.send(msgpack.packb({"v": 1, "id": 1, "op": "ping"}))
+        return msgpack.unpackb(sock.recv()) if sock.poll(NOTHING_WITHIN_S * 1000) else None
+    finally:
+        ctx.destroy(linger=0)
+
+
+def test_allowed_client_is_served_unknown_and_plain_clients_get_nothing(start_daemon, keys):
+    tcp = f"tcp://127.0.0.1:{free_port()}"
+    daemon = start_daemon("--bind", tcp, "--curve-secret-key", str(keys / "server.key_secret"),
+                          "--curve-allowed-clients", str(keys / "clients"))
+    alice = dict(server_public_key=keys / "server.key", client_secret_key_file=keys / "clients" / "alice.key_secret")
+    with JevClient(tcp, timeout=60, **alice) as client:
+        assert set(client.call("decide", GOOD)["answers"]) == set(GOOD["questions"])
+    mallory = dict(server_public_key=str(keys / "server.key"), client_secret_key_file=keys / "mallory.key_secret")
+    for kw in (mallory, {}):                                      # an unknown key; no CURVE at all
+        started = time.monotonic()
+        with JevClient(tcp, timeout=NOTHING_WITHIN_S, **kw) as client, pytest.raises(JevTimeoutError):
+            client.ping()
+        assert time.monotonic() - started < NOTHING_WITHIN_S + 5
+    assert raw_reply(tcp, keys / "server.key", keys / "mallory.key_secret") is None
+    assert raw_reply(tcp, keys / "server.key", keys / "clients" / "alice.key_secret")["result"]["pong"] is True
+    assert daemon.status()["curve"] is True
+    assert "event=curve_denied" in daemon.log.read_text()
+    # A new client key takes effect on reload (SIGHUP re-reads the directory at once).
+    (keys / "mallory.key").rename(keys / "clients" / "mallory.key")
+    daemon.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: "event=curve_reload allowed_clients=2" in daemon.log.read_text(), 30, "the key list re-read")
+    with JevClient(tcp, timeout=60, **mallory) as client:
+        assert client.ping()["pong"] is True
+    assert daemon.stop() == 0
+
+
+def run_serve(*args):
+    return subprocess.run([sys.executable, "-m", "jevany_daemon", "serve", *args], capture_output=True,
+                          text=True, timeout=60, env={**os.environ, "JEVANY_LOG_LEVEL": "INFO"})
+
+
+def test_plain_tcp_on_every_interface_refuses_to_start_without_insecure(tmp_path):
+    started = time.monotonic()
+    proc = run_serve("--model", str(tmp_path), "--bind", f"tcp://0.0.0.0:{free_port()}",
+                     "--control", f"ipc://{tmp_path}/c.sock")
+    assert proc.returncode == 2
+    assert "reachable from the network without CurveZMQ" in proc.stderr and "--insecure" in proc.stderr
+    half = run_serve("--model", str(tmp_path), "--curve-secret-key", str(tmp_path))
+    assert half.returncode == 2 and "go together" in half.stderr
+    assert time.monotonic() - started < 30          # refused before any model could load

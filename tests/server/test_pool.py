@@ -1,0 +1,125 @@
+"""Two workers on one queue: both take batches, both show in status, answers as from one; metrics move."""
+import shutil
+import tempfile
+import threading
+import urllib.request
+from pathlib import Path
+
+import msgpack
+import pytest
+import zmq
+from prometheus_client.parser import text_string_to_metric_families
+
+from jevany_client import InvalidRequestError, ShuttingDownError
+from jevany_daemon import workloads
+from jevany_daemon.config import EngineConfig
+from jevany_daemon.parity import compare
+
+from .daemons import Daemon, wait_for
+
+
+@pytest.fixture(scope="module")
+def pool(tiny_model):
+    d = Daemon(Path(tempfile.mkdtemp(prefix="jvd-")), tiny_model("qwen3", "pointer"),
+               "--workers", "2", "--max-batch-size", "4", "--metrics-port", "0")
+    try:
+        d.wait_ready()
+        yield d
+    finally:
+        if d.proc.poll() is None:
+            d.stop()
+        shutil.rmtree(d.dir, ignore_errors=True)
+
+
+def scrape(daemon) -> dict:
+    """{(name, labels as a sorted tuple): value} from the daemon's metrics endpoint."""
+    with urllib.request.urlopen(daemon.status()["metrics"], timeout=10) as response:
+        text = response.read().decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_two_workers_both_take_batches_and_answer_like_one(pool, loaded_model):
+    bodies = workloads.short(40, seed=17)
+    with pool.client(timeout=120) as client:
+        results = client.decide_many(bodies)
+    status = pool.status()
+    workers = status["workers"]
+    assert [w["index"] for w in workers] == [0, 1] and len({w["pid"] for w in workers}) == 2
+    assert all(w["requests"] > 0 for w in workers), workers     # group commit across the pool
+    assert sum(w["requests"] for w in workers) >= len(bodies)
+    from jevany_daemon.engine.engine import Engine
+
+    engine = Engine(loaded_model("qwen3", "pointer"), EngineConfig())
+    report = compare([engine.decide(b) for b in bodies], results)
+    assert report["max_abs_diff"] <= 1e-5 and report["decisions_changed"] == []
+
+
+def test_metrics_serve_the_listed_series_and_move_under_load(pool):
+    before = scrape(pool)
+    seen_depth, done = [], threading.Event()
+
+    def watch():
+        while not done.is_set():
+            sample = scrape(pool)
+            seen_depth.append((sample[("jevany_queue_depth", ())], sample[("jevany_inflight_requests", ())]))
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        with pool.client(timeout=120) as client:
+            client.decide_many(workloads.short(96, seed=3))
+            with pytest.raises(InvalidRequestError):
+                client.call("decide", {"state": "s", "questions": {}})
+    finally:
+        done.set()
+        watcher.join()
+    after = scrape(pool)
+
+    def moved(name, labels=()):
+        key = (name, tuple(sorted(labels)))
+        return after.get(key, 0) - before.get(key, 0)
+
+    assert moved("jevany_requests_total", {"op": "decide", "outcome": "ok"}.items()) == 96
+    assert moved("jevany_requests_total", {"op": "decide", "outcome": "invalid_request"}.items()) == 1
+    assert moved("jevany_requests_total", {"op": "status", "outcome": "ok"}.items()) >= 1
+    assert moved("jevany_batch_size_count") >= 96 / 4
+    assert moved("jevany_batch_size_sum") == 96
+    assert moved("jevany_batch_padded_tokens_sum") > 0
+    assert moved("jevany_queue_wait_seconds_count") == 96
+    assert moved("jevany_scoring_seconds_count") == moved("jevany_batch_size_count")
+    assert moved("jevany_request_latency_seconds_count") == 96     # queued ones; the invalid one never was
+    assert moved("jevany_tokens_total", {"kind": "real"}.items()) > 0
+    assert max(depth for depth, _ in seen_depth) > 0 and max(held for _, held in seen_depth) > 0
+    assert after[("jevany_workers", (("state", "idle"),))] == 2
+    assert after[("jevany_ready", ())] == 1 and after[("jevany_queue_max_depth", ())] == 1024
+    info = [labels for (name, labels) in after if name == "jevany_model_info"]
+    assert info and dict(info[0])["readout"] == "pointer" and dict(info[0])["device"] == "cpu"
+    assert after[("jevany_worker_restarts_total", (("cause", "died"),))] == 0
+    assert after[("jevany_reloads_total", (("result", "ok"),))] == 0
+
+
+def test_drain_with_two_workers_answers_everything_first(pool):
+    # Last in this module: the pool daemon takes no work after it.
+    ctx = zmq.Context()
+    try:
+        raw = ctx.socket(zmq.DEALER)
+        raw.setsockopt(zmq.LINGER, 0)
+        raw.connect(pool.endpoint)
+        for i, body in enumerate(workloads.short(24, seed=12)):
+            raw.send(msgpack.packb({"v": 1, "id": i, "op": "decide", "body": body}))
+        wait_for(lambda: pool.status()["queue"]["depth"] + sum(w["inflight"] for w in pool.workers()) > 0
+                 or raw.poll(0), 60, "work accepted")
+        with pool.control_client(timeout=120) as control:
+            assert control.drain() == {"state": "drained"}
+        status = pool.status()
+        replies = []
+        while len(replies) < 24 and raw.poll(30_000):
+            replies.append(msgpack.unpackb(raw.recv()))
+    finally:
+        ctx.destroy(linger=0)
+    assert sorted(r["id"] for r in replies) == list(range(24)) and all(r["ok"] for r in replies)
+    assert status["queue"]["depth"] == 0 and all(w["inflight"] == 0 for w in status["workers"])
+    with pool.client(timeout=30, retries=0) as client, pytest.raises(ShuttingDownError):
+        client.call("decide", workloads.short(1, seed=1)[0])
+    assert pool.status()["state"] == "draining"

@@ -1,0 +1,99 @@
+"""Reload (control op and SIGHUP): fresh workers take over once ready; no request fails because of it."""
+import multiprocessing as mp
+import signal
+from collections import Counter
+
+import pytest
+
+from jevany_client import InternalError
+from jevany_daemon import workloads
+
+from .client_proc import until_stopped
+from .daemons import wait_for
+
+N_CLIENTS = 2
+PAUSE_S = 0.01     # each client about 100 requests/s at most: load, with cores left to load the new model
+
+
+def scored(daemon, generation=None) -> int:
+    """Requests scored, by every worker so far or by one generation's workers."""
+    status = daemon.status()
+    if generation is None:
+        return status["batching"]["requests"]
+    return sum(w["requests"] for w in status["workers"] if w["generation"] == generation)
+
+
+def write_config(path, model, model_id):
+    path.write_text(f'model = "{model}"\nmodel_id = "{model_id}"\nworkers = 2\nmax_batch_size = 4\n')
+
+
+def test_reload_under_load_switches_model_and_fails_nothing(start_daemon, tiny_model, tmp_path):
+    config = tmp_path / "jevany.toml"
+    model_b = tiny_model("qwen3", "choice")       # built now, not while the clients wait
+    write_config(config, tiny_model("qwen3", "pointer"), "model-a")
+    daemon = start_daemon("--config", str(config), model=None)
+    ctx = mp.get_context("spawn")
+    queue, stop = ctx.Queue(), ctx.Event()
+    bodies = workloads.short(16, seed=11)
+    procs = [ctx.Process(target=until_stopped, args=(daemon.endpoint, bodies, f"c{k}", stop, queue, PAUSE_S))
+             for k in range(N_CLIENTS)]
+    for p in procs:
+        p.start()
+    try:
+        wait_for(lambda: scored(daemon) >= 10, 60, "clients under way")
+        write_config(config, model_b, "model-b")
+        with daemon.control_client(timeout=120) as control:
+            reply = control.reload()
+        assert reply["reloaded"] is True and reply["model"] == "model-b" and reply["workers"] == 2
+        assert reply["needs_restart"] == []
+        wait_for(lambda: scored(daemon, generation=1) >= 10, 60, "clients served by model-b")
+    finally:
+        stop.set()
+    outcomes, models = Counter(), Counter()
+    for _ in procs:
+        _name, seen = queue.get(timeout=120)
+        for outcome, detail in seen:
+            outcomes[outcome] += 1
+            models[detail if outcome == "ok" else "-"] += 1
+    for p in procs:
+        p.join(30)
+    print(f"\nreload under load: outcomes {dict(outcomes)}, answered by {dict(models)}")
+    assert set(outcomes) == {"ok"}                               # nothing failed because of a reload
+    assert models["model-a"] >= 10 and models["model-b"] >= 10
+    wait_for(lambda: len(daemon.workers()) == 2, 60, "the old workers gone")
+    status = daemon.status()
+    assert status["reload"]["serving_generation"] == 1
+    assert [(w["generation"], w["role"]) for w in status["workers"]] == [(1, "serving"), (1, "serving")]
+    assert status["requests"]["error"] == 0 and status["model"]["id"] == "model-b"
+    log = daemon.log.read_text()
+    assert log.count("event=reload_done") == 1 and log.count("event=worker_stopped") == 2
+    assert "event=worker_exit" not in log
+    assert daemon.stop() == 0
+
+
+def test_a_reload_that_cannot_load_keeps_the_old_model_then_sighup_reloads(start_daemon, tiny_model, tmp_path):
+    config = tmp_path / "jevany.toml"
+    config.write_text(f'model = "{tiny_model("qwen3", "pointer")}"\nmodel_id = "model-a"\n')
+    daemon = start_daemon("--config", str(config), model=None)
+    config.write_text(f'model = "{tmp_path / "missing"}"\n')
+    with daemon.control_client(timeout=120) as control:
+        with pytest.raises(InternalError, match="reload failed: .*does not exist.*still serving model-a"):
+            control.reload()
+    config.write_text("max_bath_size = 3\n")
+    with daemon.control_client(timeout=120) as control:
+        with pytest.raises(InternalError, match="reload refused: .*unknown settings"):
+            control.reload()
+    with daemon.client(timeout=60) as client:
+        assert client.call("decide", workloads.short(1, seed=1)[0])["model"] == "model-a"
+    status = daemon.status()
+    assert status["state"] == "ready" and status["reload"]["last"]["reloaded"] is False
+    assert len(status["workers"]) == 1 and status["workers"][0]["generation"] == 0
+    config.write_text(f'model = "{tiny_model("qwen3", "pointer")}"\nmodel_id = "model-c"\nmax_queue = 5\n')
+    daemon.proc.send_signal(signal.SIGHUP)
+    wait_for(lambda: daemon.status()["model"]["id"] == "model-c", 120, "the SIGHUP reload")
+    status = daemon.status()
+    assert status["reload"]["last"]["needs_restart"] == ["max_queue"] and status["queue"]["max_depth"] == 1024
+    log = daemon.log.read_text()
+    assert "event=reload cause=SIGHUP" in log and "needs_restart=max_queue" in log
+    assert "event=reload_failed" in log and "event=reload_refused" in log
+    assert daemon.stop() == 0
