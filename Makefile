@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: install demo test bench bench-quick clean
+.PHONY: install demo test bench bench-quick clean node-example
 
 install: $(VENV)/.installed
 
@@ -16,8 +16,19 @@ $(VENV)/.installed: pyproject.toml client/pyproject.toml constraints-cpu.txt
 demo: install
 	$(PY) scripts/demo.py
 
-test: install
+test: install node-example
 	$(PY) -m pytest -q
+
+# The Node.js client example's packages (zeromq ships prebuilt binaries; nothing is compiled).
+# Without npm, or if the registry is unreachable, its test is skipped rather than failing the run.
+NODE_EXAMPLE := examples/node
+node-example: $(NODE_EXAMPLE)/node_modules/.installed
+
+$(NODE_EXAMPLE)/node_modules/.installed: $(NODE_EXAMPLE)/package.json $(NODE_EXAMPLE)/package-lock.json
+	@if command -v npm >/dev/null 2>&1; then \
+		(cd $(NODE_EXAMPLE) && npm ci --no-audit --no-fund --loglevel=error && touch node_modules/.installed) \
+		|| echo "npm ci failed in $(NODE_EXAMPLE): its test will be skipped"; \
+	else echo "npm not found: the Node.js client test will be skipped"; fi
 
 bench: install
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints-cpu.txt -e '.[bench]'
@@ -28,4 +39,4 @@ bench-quick: install
 	$(PY) benchmarks/bench.py --quick
 
 clean:
-	rm -rf $(VENV) .pytest_cache
+	rm -rf $(VENV) .pytest_cache $(NODE_EXAMPLE)/node_modules

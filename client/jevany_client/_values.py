@@ -1,8 +1,9 @@
 """Shared walk over decoded msgpack values: types, keys, finiteness, depth.
 
-The walk keeps its own stack, so a hostile payload can never exhaust Python's.
-Paths are built only when a problem is found: a linked chain of (parent, step)
-tuples costs one small tuple per value on the happy path.
+The walk keeps its own stack, so a hostile payload can never exhaust Python's,
+and that stack holds one iterator per open container, so its memory follows
+the depth, not the size. Paths are a linked chain of (parent, step) tuples,
+one per container entered, formatted only when a problem is found.
 """
 
 import math
@@ -16,6 +17,9 @@ _SCALARS = (str, int, bool, type(None))
 _SEGMENT_CHARS = 60
 _PATH_CHARS = 240
 _INT_PROBLEM = "integers must fit in 64 bits"
+_PLAIN = frozenset((str, bool, type(None)))
+_INTS = frozenset((int,))
+_FLOATS = frozenset((float,))
 
 
 class UnhashableKey:
@@ -95,22 +99,45 @@ def find_problem(
     Depth counts containers: a container directly inside `outer_depth` others
     sits at level outer_depth + 1.
     """
-    stack: list[tuple[Any, tuple | None, int]] = [(value, None, outer_depth + 1)]
+    problem = _problem(value, outer_depth + 1, max_depth, finite)
+    if problem is not None:
+        return format_path(None, root), problem
+    if not _needs_walk(value, finite):
+        return None
+    # One lazy iterator per open container, so memory follows the depth (at
+    # most max_depth frames) rather than the size: an 8 MiB array of
+    # 8 million small values must not allocate a path tuple per element.
+    stack: list[tuple[Any, tuple | None, int]] = [(_items(value), None, outer_depth + 2)]
     while stack:
-        item, node, depth = stack.pop()
-        if _is_container(item):
-            problem = _container_problem(item, depth, max_depth)
-            if problem is None:
-                stack.extend(_children(item, node, depth))
+        pairs, node, depth = stack[-1]
+        for step, child in pairs:
+            if type(child) is str:   # most values; skips a call per value
                 continue
+            problem = _problem(child, depth, max_depth, finite)
+            if problem is not None:
+                return format_path((node, step), root), problem
+            if _needs_walk(child, finite):
+                stack.append((_items(child), (node, step), depth + 1))
+                break
         else:
-            problem = _scalar_problem(item, finite)
-        if problem is not None:
-            return format_path(node, root), problem
+            stack.pop()
     return None
 
 
+def _problem(item: Any, depth: int, max_depth: int | None, finite: bool) -> str | None:
+    if _is_container(item):
+        return _container_problem(item, depth, max_depth)
+    return _scalar_problem(item, finite)
+
+
+def _needs_walk(item: Any, finite: bool) -> bool:
+    return bool(item) and _is_container(item) and not _flat_and_clean(item, finite)
+
+
 def _is_container(item: Any) -> bool:
+    kind = type(item)
+    if kind is list or kind is dict:
+        return True
     # ExtType is a namedtuple, so it must not pass for an array.
     return isinstance(item, (dict, list, tuple)) and not isinstance(item, ExtType)
 
@@ -125,15 +152,32 @@ def _container_problem(item: dict | list | tuple, depth: int, max_depth: int | N
     return None
 
 
-def _children(item: dict | list | tuple, node: tuple | None, depth: int) -> list[tuple]:
-    pairs = item.items() if isinstance(item, dict) else enumerate(item)
-    # Reversed so the stack pops them in document order.
-    return [(child, (node, step), depth + 1) for step, child in reversed(list(pairs))]
+def _flat_and_clean(item: dict | list | tuple, finite: bool) -> bool:
+    """True when every value in the container is a scalar without a problem, found at C speed.
+
+    A quick answer for the long flat arrays and maps that big payloads are made
+    of; anything mixed or nested returns False and is walked value by value.
+    """
+    values = item.values() if isinstance(item, dict) else item
+    kinds = set(map(type, values))
+    if kinds <= _PLAIN:
+        return True
+    if kinds == _INTS:
+        return _INT_MIN <= min(values) and max(values) <= _INT_MAX
+    if kinds == _FLOATS:
+        return not finite or all(map(math.isfinite, values))
+    return False
+
+
+def _items(item: dict | list | tuple):
+    return iter(item.items()) if isinstance(item, dict) else enumerate(item)
 
 
 def _scalar_problem(item: Any, finite: bool) -> str | None:
     # Exact types: subclasses (IntEnum, numpy scalars) render differently under str().
     kind = type(item)
+    if kind is str or item is None or kind is bool:
+        return None
     if kind in _SCALARS:
         return None if kind is not int or _INT_MIN <= item <= _INT_MAX else _INT_PROBLEM
     if kind is float:
