@@ -25,6 +25,9 @@ def bind_router(ctx, endpoint: str, max_message_bytes: int, curve_keys: tuple | 
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, REPLY_LINGER_MS)
     sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
+    # Without this a ROUTER drops a reply silently when the client's pipe is full
+    # or the client is gone; with it the send fails and the drop can be counted.
+    sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
     if curve_keys is not None and endpoint.startswith("tcp://"):
         curve.secure(sock, *curve_keys)
     try:

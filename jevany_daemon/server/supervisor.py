@@ -70,6 +70,7 @@ class Supervisor:
         self.notifier = Notifier(env)
         self.reloads = Reloads(self, reload_settings or (lambda: settings))
         self.overloads = RateLimited(log, "overload", OVERLOAD_LOG_EVERY_S, clock, level=logging.WARNING)
+        self.dropped = RateLimited(log, "reply_dropped", OVERLOAD_LOG_EVERY_S, clock, level=logging.WARNING)
         self.state = "starting"
         self.version = __version__
         self.started = clock()
@@ -284,6 +285,7 @@ class Supervisor:
         self.metrics.gauges(len(self.queue), self.queue.max_depth, self.pool.inflight(),
                             [w.state for w in self.pool.workers], self.state == "ready")
         self.overloads.flush()
+        self.dropped.flush()
         if self.notifier.watchdog_s is not None and now >= self._next_watchdog:
             self.notifier.watchdog()
             self._next_watchdog = now + self.notifier.watchdog_s
@@ -313,7 +315,7 @@ class Supervisor:
             if request.op in CONTROL_OPS and sock is not self.control:
                 raise ForbiddenError(f"{request.op} is a control op; send it to the control endpoint")
             handler = getattr(self, f"op_{request.op}")
-            result = handler(sock, envelope, request, received)
+            result = handler(sock, envelope, request, received, payload)
         except JevanyError as exc:
             self.record(request.op, exc.code)
             self.send(sock, envelope, error_reply(request.id, exc))
@@ -322,7 +324,7 @@ class Supervisor:
             self.record(request.op, None)
             self.send(sock, envelope, ok_reply(request.id, result))
 
-    def op_decide(self, sock, envelope, request, received):
+    def op_decide(self, sock, envelope, request, received, payload):
         if self.state == "draining":
             raise ShuttingDownError("the daemon is draining and takes no new work")
         if self._failure:
@@ -332,29 +334,31 @@ class Supervisor:
             self.overloads.hit(queue=len(self.queue), max_queue=self.queue.max_depth)
             raise OverloadedError(f"queue is full ({self.queue.max_depth} requests waiting); retry later")
         deadline = None if request.timeout_ms is None else received + request.timeout_ms / 1000
-        self.queue.push(Entry(next(self._tags), sock, envelope, request.id, request.body, received, deadline))
+        # Queue the bytes, not the decoded body: a decoded msgpack value can be
+        # tens of times its wire size, and the worker decodes it anyway.
+        self.queue.push(Entry(next(self._tags), sock, envelope, request.id, payload, received, deadline))
         return None    # the reply comes when a worker answers
 
-    def op_ping(self, sock, envelope, request, received):
+    def op_ping(self, sock, envelope, request, received, payload):
         return {"pong": True, "version": __version__}
 
-    def op_status(self, sock, envelope, request, received):
+    def op_status(self, sock, envelope, request, received, payload):
         return self.status()
 
-    def op_models(self, sock, envelope, request, received):
+    def op_models(self, sock, envelope, request, received, payload):
         return {"models": [self.model_description()]}
 
-    def op_clear_cache(self, sock, envelope, request, received):
+    def op_clear_cache(self, sock, envelope, request, received, payload):
         # No prefix cache is kept yet (DESIGN: cache only where eligible); nothing to clear.
         return {"cleared": 0}
 
-    def op_drain(self, sock, envelope, request, received):
+    def op_drain(self, sock, envelope, request, received, payload):
         self.begin_drain(exiting=False, cause="drain op")
         self._drain_waiters.append((sock, envelope, request.id))
         self.record(request.op, None)
         return None
 
-    def op_reload(self, sock, envelope, request, received):
+    def op_reload(self, sock, envelope, request, received, payload):
         self.reloads.begin(cause="reload op", waiter=(sock, envelope, request.id))
         return None    # the reply comes when the new workers serve, or the reload fails
 
@@ -473,9 +477,13 @@ class Supervisor:
         try:
             sock.send_multipart([*envelope, pack(reply)], zmq.NOBLOCK)
         except zmq.Again:
-            # The client's pipe is full (it stopped reading); ROUTER drops
-            # rather than block every other client behind it.
-            event(log, "reply_dropped", level=logging.WARNING, id=reply.get("id"))
+            # The client's pipe is full (it stopped reading): drop rather than
+            # block every other client behind it.
+            self.dropped.hit(cause="client not reading")
+        except zmq.ZMQError as exc:
+            if exc.errno != zmq.EHOSTUNREACH:
+                raise
+            self.dropped.hit(cause="client gone")
 
     # --- status ----------------------------------------------------------
 

@@ -74,8 +74,6 @@ def test_a_client_that_sends_and_never_reads(daemon):
     assert rss_after - rss_before < 8 * MIB
 
 
-@pytest.mark.xfail(strict=True, reason="supervisor.send's reply_dropped branch is dead code: without "
-                   "ZMQ_ROUTER_MANDATORY a ROUTER drops silently at the HWM and never raises Again")
 def test_a_dropped_reply_is_logged(daemon):
     base = counted(daemon.endpoint)
     hog = flood_without_reading(daemon.endpoint, 0, 10_000)
