@@ -11,7 +11,7 @@ class Entry:
     sock: Any                  # the ROUTER it came in on; the reply goes back there
     envelope: list             # routing frames to echo before the reply payload
     id: Any                    # the client's request id
-    body: dict
+    payload: bytes             # the request message as received; the worker takes its body from it
     received: float            # monotonic seconds
     deadline: float | None     # monotonic seconds after which it must not be scored
 

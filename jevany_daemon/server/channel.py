@@ -8,7 +8,7 @@ worker → supervisor:  [HELLO, {"pid", "model", "load_s"}]  loaded, ready for w
                       [FAILED, message]                   could not load the model
 heartbeat socket   →  [HEARTBEAT]                         alive; sent every interval by a thread, from the
                                                           worker's identity + "/hb", while it scores too
-supervisor → worker:  [BATCH, [[tag, body]...]]           everything it takes at once
+supervisor → worker:  [BATCH, [[tag, payload]...]]        everything it takes at once (request messages as received)
                       [STOP]                              finish and exit
 """
 import msgpack

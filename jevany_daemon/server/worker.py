@@ -19,6 +19,7 @@ from pathlib import Path
 import zmq
 
 from jevany_client.errors import InternalError, JevanyError
+from jevany_client.protocol import decode_request
 
 from jevany_daemon.config import EngineConfig
 
@@ -75,11 +76,15 @@ def load_engine(settings: dict, observer=None):
 
 
 def score(engine, items: list) -> list:
-    """[[tag, body]...] → [[tag, ok, result or error]...]; one bad request never fails the others."""
+    """[[tag, request message]...] → [[tag, ok, result or error]...]; one bad request never fails the others.
+
+    The supervisor already accepted each message; decoding it again here, with
+    the same strict decoder, is what keeps queued requests at their wire size.
+    """
     outcomes, admitted, tags = {}, [], []
-    for tag, body in items:
+    for tag, payload in items:
         try:
-            admitted.append(engine.admit(body))
+            admitted.append(engine.admit(decode_request(payload).body))
             tags.append(tag)
         except JevanyError as exc:
             outcomes[tag] = exc

@@ -1,7 +1,6 @@
 """Big messages within the size limit must cost the daemon in proportion to their bytes, and briefly.
 
-Both tests here found bugs and stay xfail until the lead fixes them (see
-their reasons); the sizes are small so each runs in seconds.
+Both tests here found bugs, since fixed; the sizes are small so each runs in seconds.
 """
 import threading
 import time
@@ -38,11 +37,6 @@ class PeakRss(threading.Thread):
         self.join(5)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "supervisor keeps each queued request's decoded body (Entry.body): a 48 KiB message of empty "
-    "arrays decodes to about 3 MB of Python lists, so the queue's memory is bounded by about 64 x "
-    "max_queue x max_message_bytes, not by the bytes received (measured: 6 x 1 MiB queued = +460 MB). "
-    "Fix: validate, then queue the raw payload bytes and hand those to the worker"))
 def test_queued_requests_cost_their_wire_size_not_their_decoded_size(shared_daemon):
     endpoint, pid = shared_daemon.endpoint, shared_daemon.proc.pid
     n = 40
