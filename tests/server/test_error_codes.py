@@ -13,7 +13,6 @@ from jevany_client.errors import (
     DeadlineExceededError,
     ForbiddenError,
     InvalidRequestError,
-    OverloadedError,
     ShuttingDownError,
     UnknownModelError,
 )

@@ -11,10 +11,8 @@ import msgpack
 import pytest
 import zmq
 
-from jevany_client import JevClient, JevTimeoutError
+from jevany_client import JevTimeoutError
 from jevany_daemon import workloads
-
-from .daemons import Daemon
 
 GOOD = workloads.short(1, seed=4)[0]
 
