@@ -70,6 +70,10 @@ def serve(
     workers: int = typer.Option(None, "--workers", help="Worker processes, each with its own copy of the model, "
                                 "fed from one queue; spread evenly over --device. [default: one per device]",
                                 show_default=False),
+    cpu_threads: int = typer.Option(None, "--cpu-threads", help="Torch threads of each CPU worker. Lower it "
+                                    "when clients or other work share the host: a forward pass split over "
+                                    "threads waits for the slowest. [default: the cores divided among the CPU "
+                                    "workers]", show_default=False),
     heartbeat_timeout: float = typer.Option(None, "--heartbeat-timeout", help="Seconds a ready worker may go "
                                             "without a heartbeat before it is killed and replaced. [default: 10]",
                                             show_default=False),
@@ -146,7 +150,8 @@ def serve(
         typer.echo(f"error: --socket-mode: {socket_mode!r} is not a file mode such as 0660", err=True)
         raise typer.Exit(2) from None
     flags = dict(model=model, readout=readout, model_id=model_id, device=device, dtype=dtype, workers=workers,
-                 heartbeat_timeout=heartbeat_timeout, batch_timeout=batch_timeout, socket_mode=mode,
+                 cpu_threads=cpu_threads, heartbeat_timeout=heartbeat_timeout, batch_timeout=batch_timeout,
+                 socket_mode=mode,
                  metrics_port=metrics_port, curve_secret_key=curve_secret_key,
                  curve_allowed_clients=curve_allowed_clients, insecure=insecure,
                  bind=tuple(bind or ()), control=control, max_batch_size=max_batch_size,

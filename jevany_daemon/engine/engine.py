@@ -61,6 +61,7 @@ class BatchStats:
     padded_tokens: int = 0
     real_tokens: int = 0
     retried_alone: int = 0
+    busy_s: float = 0.0      # time spent in forward passes; over wall time, how saturated the model is
     histogram: Counter = field(default_factory=Counter)
 
     def record(self, rec: BatchRecord) -> None:
@@ -68,6 +69,7 @@ class BatchStats:
         self.requests += rec.size
         self.padded_tokens += rec.padded_tokens
         self.real_tokens += rec.real_tokens
+        self.busy_s += rec.latency_ms / 1000
         self.histogram[rec.size] += 1
 
     def as_dict(self) -> dict:
@@ -79,6 +81,7 @@ class BatchStats:
             "padded_tokens": self.padded_tokens,
             "padding_waste": 1 - self.real_tokens / self.padded_tokens if self.padded_tokens else 0.0,
             "retried_alone": self.retried_alone,
+            "busy_s": round(self.busy_s, 4),
         }
 
 
@@ -257,6 +260,7 @@ class Engine:
             "layout": self.layout.name,
             "device": str(m.device),
             "dtype": DTYPE_NAMES.get(m.dtype, str(m.dtype)),
+            "cpu_threads": torch.get_num_threads() if m.device.type == "cpu" else None,
             "context_window": m.context_window,
             "max_options": self.readout.max_options,
             "limits": {

@@ -23,7 +23,7 @@ _TCP_HOST = re.compile(r"tcp://\[?([^\]]*?)\]?:\d+")
 
 # What a reload may change: everything a worker is built from. The rest
 # (sockets, queue, keys, metrics) needs a restart, and a reload says so.
-RELOADABLE = ("model", "readout", "model_id", "device", "dtype", "workers",
+RELOADABLE = ("model", "readout", "model_id", "device", "dtype", "workers", "cpu_threads",
               "heartbeat_timeout", "batch_timeout", "engine")
 
 
@@ -39,6 +39,7 @@ class ServeSettings:
     device: str = "cpu"               # one device, or a comma-separated list: one worker each
     dtype: str = "fp32"
     workers: int | None = None        # None: one per listed device
+    cpu_threads: int | None = None    # torch threads per CPU worker; None: the cores shared among CPU workers
     heartbeat_timeout: float = 10.0   # a ready worker silent this long is killed and replaced
     batch_timeout: float = 120.0      # a batch unanswered this long means a hung worker
     bind: tuple[str, ...] = ()        # empty: the default ipc endpoint
@@ -82,9 +83,12 @@ class ServeSettings:
 
     def worker_settings(self, device: str) -> dict:
         """What one worker process is told: these settings with its own device, and for a CPU
-        worker its share of the cores (torch would otherwise give every worker all of them)."""
-        sharing = self.worker_devices().count("cpu")
-        threads = max(1, (os.cpu_count() or 1) // sharing) if device == "cpu" else None
+        worker its threads: cpu_threads, else its share of the cores (torch would otherwise
+        give every worker all of them)."""
+        threads = None
+        if device == "cpu":
+            sharing = self.worker_devices().count("cpu")
+            threads = self.cpu_threads or max(1, (os.cpu_count() or 1) // sharing)
         return {**asdict(self), "device": device, "cpu_threads": threads}
 
     def to_dict(self) -> dict:
@@ -102,7 +106,7 @@ class ServeSettings:
 ENGINE_FIELDS = tuple(f.name for f in fields(EngineConfig))
 SERVE_FIELDS = tuple(f.name for f in fields(ServeSettings) if f.name != "engine")
 _INTS = {"max_queue", "max_message_bytes", "max_batch_size", "max_packed_tokens",
-         "max_state_tokens", "max_branch_tokens", "workers", "metrics_port"}
+         "max_state_tokens", "max_branch_tokens", "workers", "cpu_threads", "metrics_port"}
 _FLOATS = {"max_padding_waste", "heartbeat_timeout", "batch_timeout"}
 _BOOLS = {"log_requests", "insecure"}
 
@@ -226,6 +230,8 @@ def _validate_pool(s: ServeSettings) -> None:
         if s.workers % len(devices):
             raise SettingsError(f"workers={s.workers} cannot be spread evenly over the {len(devices)} devices "
                                 f"{s.device!r}; give a multiple of {len(devices)}, or one device")
+    if s.cpu_threads is not None:
+        _positive_int("cpu_threads", s.cpu_threads)
     for name in ("heartbeat_timeout", "batch_timeout"):
         value = getattr(s, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:

@@ -42,9 +42,11 @@ def merge_batching(per_worker: list[dict], max_batch_size: int, max_packed_token
     """Sum the engines' batching statistics across workers."""
     histogram: Counter = Counter()
     batches = requests = 0
+    busy_s = 0.0
     for stats in per_worker:
         batches += stats.get("batches", 0)
         requests += stats.get("requests", 0)
+        busy_s += stats.get("busy_s", 0.0)
         histogram.update({k: v for k, v in stats.get("batch_size_histogram", {}).items()})
     return {
         "max_batch_size": max_batch_size,
@@ -53,6 +55,7 @@ def merge_batching(per_worker: list[dict], max_batch_size: int, max_packed_token
         "requests": requests,
         "mean_batch_size": round(requests / batches, 3) if batches else 0.0,
         "batch_size_histogram": dict(sorted(histogram.items(), key=lambda kv: int(kv[0]))),
+        "busy_s": round(busy_s, 3),
     }
 
 
@@ -60,6 +63,7 @@ def add_stats(total: dict, stats: dict) -> None:
     """Fold one engine's batching statistics into a running total (a worker that is gone keeps counting)."""
     total["batches"] = total.get("batches", 0) + stats.get("batches", 0)
     total["requests"] = total.get("requests", 0) + stats.get("requests", 0)
+    total["busy_s"] = total.get("busy_s", 0.0) + stats.get("busy_s", 0.0)
     histogram = Counter(total.get("batch_size_histogram", {}))
     histogram.update(stats.get("batch_size_histogram", {}))
     total["batch_size_histogram"] = dict(histogram)

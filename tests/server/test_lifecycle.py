@@ -101,7 +101,7 @@ def test_refuses_a_socket_another_daemon_is_serving(start_daemon, tiny_model):
 
 
 def test_status_fields(start_daemon):
-    daemon = start_daemon("--max-batch-size", "4", "--max-queue", "77")
+    daemon = start_daemon("--max-batch-size", "4", "--max-queue", "77", "--cpu-threads", "1")
     with daemon.client(timeout=60) as client:
         client.call("decide", GOOD)
         status = client.status()
@@ -115,7 +115,8 @@ def test_status_fields(start_daemon):
     assert status["batching"]["max_batch_size"] == 4 and status["batching"]["batch_size_histogram"] == {"1": 1}
     assert status["workers"][0]["requests"] == 1 and status["workers"][0]["state"] == "idle"
     assert status["latency_ms"]["p50"] > 0
+    assert 0 < status["batching"]["busy_s"] <= status["uptime_s"]
     [described] = models["models"]
     assert described["aliases"] == ["jevany-latest"] and described["layout"] == "packed"
-    assert described["limits"]["max_batch_size"] == 4
+    assert described["limits"]["max_batch_size"] == 4 and described["cpu_threads"] == 1
     daemon.stop()

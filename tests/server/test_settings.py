@@ -59,6 +59,15 @@ def test_workers_and_devices():
     four = resolve({}, None, env={"JEVANY_DEVICE": "cuda:0, cuda:1", "JEVANY_WORKERS": "4"})
     assert four.worker_devices() == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
     assert four.worker_settings("cuda:1")["device"] == "cuda:1"
+    assert four.worker_settings("cuda:1")["cpu_threads"] is None
+
+
+def test_cpu_threads(monkeypatch):
+    monkeypatch.setattr("os.cpu_count", lambda: 8)
+    assert resolve({}, None, env={}).worker_settings("cpu")["cpu_threads"] == 8
+    assert resolve({"workers": 3}, None, env={}).worker_settings("cpu")["cpu_threads"] == 2
+    assert resolve({"cpu_threads": 3}, None, env={}).worker_settings("cpu")["cpu_threads"] == 3
+    assert resolve({}, None, env={"JEVANY_CPU_THREADS": "1"}).worker_settings("cpu")["cpu_threads"] == 1
 
 
 def test_device_lists_in_toml_and_socket_modes(tmp_path):
@@ -71,6 +80,8 @@ def test_device_lists_in_toml_and_socket_modes(tmp_path):
 
 @pytest.mark.parametrize("flags,env,message", [
     ({"workers": 0}, {}, "workers must be an integer >= 1"),
+    ({"cpu_threads": 0}, {}, "cpu_threads must be an integer >= 1"),
+    ({}, {"JEVANY_CPU_THREADS": "all"}, "JEVANY_CPU_THREADS"),
     ({}, {"JEVANY_WORKERS": "two"}, "JEVANY_WORKERS"),
     ({"workers": 3, "device": "cuda:0,cuda:1"}, {}, "cannot be spread evenly over the 2 devices"),
     ({"device": "cuda:0,cuda:0"}, {}, "twice; use --workers"),
