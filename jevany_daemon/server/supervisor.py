@@ -83,6 +83,7 @@ class Supervisor:
         self._stop_now = False
         self._exiting = False              # drain ends in exit (signal) rather than idling (drain op)
         self._drain_waiters: list = []     # control clients awaiting "drained"
+        self._answered: list = []          # (entry, ok, result or error) from workers, sent after dispatch
         self._bound_ipc: list = []
         self._failure: str | None = None
         self._next_report = self._next_watchdog = clock()
@@ -124,6 +125,7 @@ class Supervisor:
         self.receive_workers(ready)
         self.expire_deadlines()
         self.dispatch()
+        self.send_answers()
         self.watch_workers()
         self.reloads.advance()
         self.finish_drain()
@@ -257,6 +259,16 @@ class Supervisor:
                 for entry in entries:
                     self.metrics.queue_wait.observe(now - entry.received)
                 worker.hand_over(self.backend, entries, now)
+
+    def send_answers(self) -> None:
+        """Reply to what workers answered this tick. After dispatch, so a worker that just freed
+        takes the queue at once instead of idling while dozens of replies are sent."""
+        answered, self._answered = self._answered, []
+        for entry, ok, outcome in answered:
+            if ok:
+                self.reply_ok(entry, outcome)
+            else:
+                self.reply_error(entry, outcome)
 
     def watch_workers(self) -> None:
         for worker, cause in self.pool.hung():
@@ -404,12 +416,9 @@ class Supervisor:
             if entry is None:
                 continue
             worker.requests += 1
-            if ok:
-                self.reply_ok(entry, payload)
-            else:
-                self.reply_error(entry, error_from_wire(payload))
+            self._answered.append((entry, ok, payload if ok else error_from_wire(payload)))
         for entry in worker.inflight.values():   # a worker that skipped one broke its promise
-            self.reply_error(entry, InternalError("the worker returned no answer for this request"))
+            self._answered.append((entry, False, InternalError("the worker returned no answer for this request")))
         worker.inflight.clear()
         if worker.state == BUSY:
             worker.state, worker.busy_since = IDLE, None
