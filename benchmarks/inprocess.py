@@ -1,6 +1,7 @@
 """In-process batching: serial vs batched throughput and parity on one request set, in one run.
 
     python benchmarks/inprocess.py --workload short --arch qwen3 --readout pointer --batch 8
+    python benchmarks/inprocess.py --workload short --n 256 --batch 32 --chunks --max-padding-waste 0.5
 
 Prints a table and writes JSON (--out). Ratios compare within this run only,
 because this machine is noisy; absolute figures are not comparable across runs.
@@ -40,13 +41,18 @@ def run(args) -> dict:
     admitted_batched = [batched_engine.admit(b) for b in bodies]
     serial_engine.score(admitted_serial[:2])      # warm-up, outside the timing
     serial, t_serial = timed(lambda: [serial_engine.score([a])[0] for a in admitted_serial])
-    batched, t_batched = timed(lambda: batched_engine.score(admitted_batched))
+    if args.chunks:     # as a server sees them: args.batch requests at a time, in arrival order
+        chunks = [admitted_batched[i: i + args.batch] for i in range(0, len(bodies), args.batch)]
+        batched, t_batched = timed(lambda: [r for chunk in chunks for r in batched_engine.score(chunk)])
+    else:               # the whole set at once: the engine picks each batch from all of it
+        batched, t_batched = timed(lambda: batched_engine.score(admitted_batched))
     parity = compare(serial, batched)
     stats = batched_engine.stats.as_dict()
     return {
         "workload": args.workload, "requests": len(bodies), "arch": args.arch, "readout": args.readout,
         "layout": batched_engine.layout.name, "dtype": args.dtype, "max_batch_size": args.batch,
-        "max_padding_waste": args.max_padding_waste, "threads": args.threads,
+        "max_padding_waste": batched_engine.batch_limits.max_padding_waste, "chunks": args.chunks,
+        "threads": args.threads,
         "serial_rps": len(bodies) / t_serial, "batched_rps": len(bodies) / t_batched,
         "speedup": t_serial / t_batched,
         "mean_batch_size": stats["mean_batch_size"], "padding_waste": stats["padding_waste"],
@@ -65,7 +71,9 @@ def main() -> None:
     p.add_argument("--dtype", choices=("fp32", "bf16"), default="fp32")
     p.add_argument("--batch", type=int, default=8)
     p.add_argument("--max-packed-tokens", type=int, default=8192)
-    p.add_argument("--max-padding-waste", type=float, default=0.5)
+    p.add_argument("--max-padding-waste", type=float, help="[default: the device's, see config.py]")
+    p.add_argument("--chunks", action="store_true", help="hand requests over --batch at a time, in order, as "
+                   "a server receives them, instead of the whole set at once")
     p.add_argument("--n", type=int, default=64)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=2)

@@ -101,7 +101,8 @@ def serve(
                                           "8192, capped by the context window]", show_default=False),
     max_padding_waste: float = typer.Option(None, "--max-padding-waste", help="Fraction of a batch's padded tokens "
                                             "that may be padding before similar-length requests are kept apart. "
-                                            "[default: 0.5]", show_default=False),
+                                            "[default: 0.1 on CPU, which computes every padded token; 0.5 on "
+                                            "GPU]", show_default=False),
     layout: str = typer.Option(None, "--layout", help="auto | rows | packed | shared. [default: auto]",
                                show_default=False),
     batch_policy: str = typer.Option(None, "--batch-policy", help="adaptive: batch a length class only where "

@@ -24,7 +24,7 @@ from jevany_client.errors import (
 )
 from jevany_client.schema import DecisionRequest, parse_decision
 
-from jevany_daemon.config import EngineConfig
+from jevany_daemon.config import EngineConfig, default_padding_waste
 from jevany_daemon.model.decision_model import DecisionModel
 
 from .batching import BatchLimits, GroupCommit, Pending, drain, take_batch
@@ -118,7 +118,10 @@ class Engine:
         self.encoder = _make_encoder(model)
         window = model.context_window
         self.limits = Limits(min(config.max_state_tokens, window), min(config.max_branch_tokens, window), window)
-        self.batch_limits = BatchLimits(config.max_batch_size, config.max_packed_tokens, config.max_padding_waste)
+        waste = config.max_padding_waste
+        if waste is None:
+            waste = default_padding_waste(model.device.type)
+        self.batch_limits = BatchLimits(config.max_batch_size, config.max_packed_tokens, waste)
         self.alone_limits = replace(self.batch_limits, max_size=1)
         self.policy = BatchPolicy(adaptive=config.batch_policy == "adaptive")
         self.stats = BatchStats()
@@ -268,6 +271,7 @@ class Engine:
                 "max_branch_tokens": self.limits.branch,
                 "max_packed_tokens": self.config.max_packed_tokens,
                 "max_batch_size": self.config.max_batch_size,
+                "max_padding_waste": self.batch_limits.max_padding_waste,
             },
             "prefix_cache": {"enabled": False, "size": 0, "hits": 0, "misses": 0},
             "batching": self.stats.as_dict() | {"policy": self.config.batch_policy,

@@ -12,7 +12,7 @@ from jevany_client.errors import (
     UnsupportedMediaError,
 )
 from jevany_daemon import workloads
-from jevany_daemon.config import EngineConfig
+from jevany_daemon.config import CPU_PADDING_WASTE, GPU_PADDING_WASTE, EngineConfig, default_padding_waste
 from jevany_daemon.engine.engine import Engine
 from jevany_daemon.parity import compare
 
@@ -182,3 +182,10 @@ def test_describe(make_engine):
     assert d["aliases"] == ["jevany-latest"]
     assert d["limits"]["max_batch_size"] == 4
     assert d["batching"]["batches"] == 0
+
+
+def test_padding_cap_defaults_by_device(make_engine):
+    # CPU: padded tokens cost like real ones, so the default cap is tight (config.py says why)
+    assert make_engine("qwen3", "pointer").describe()["limits"]["max_padding_waste"] == CPU_PADDING_WASTE
+    assert make_engine("qwen3", "pointer", max_padding_waste=0.7).batch_limits.max_padding_waste == 0.7
+    assert default_padding_waste("cuda") == GPU_PADDING_WASTE > CPU_PADDING_WASTE
