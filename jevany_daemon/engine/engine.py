@@ -171,10 +171,24 @@ class Engine:
             raise pending.outcome
         return pending.outcome
 
-    def score(self, admitted: list[Admitted]) -> list[dict | JevanyError]:
-        """Score requests handed over together, in as few passes as the limits allow. One thread."""
+    def score(self, admitted: list[Admitted], early: Callable[[list[tuple[int, Any]]], None] | None = None
+              ) -> list[dict | JevanyError]:
+        """Score requests handed over together, in as few passes as the limits allow. One thread.
+
+        early, if given, gets [(index, outcome)...] after every pass that has
+        more after it, so a server can answer those callers while the rest of
+        the hand-over is still scoring.
+        """
         pendings = [self.pending(a) for a in admitted]
-        drain(deque(pendings), self._take, self._run_pending)
+        queue = deque(pendings)
+        index = {id(p): i for i, p in enumerate(pendings)}
+
+        def run(batch: list[Pending]) -> None:
+            self._run_pending(batch)
+            if early is not None and queue:
+                early([(index[id(p)], p.outcome) for p in batch])
+
+        drain(queue, self._take, run)
         return [p.outcome for p in pendings]
 
     # --- score -----------------------------------------------------------

@@ -1,10 +1,13 @@
 """Messages between the supervisor and its workers (msgpack lists, over an ipc ROUTER/DEALER pair).
 
 worker → supervisor:  [HELLO, {"pid", "model", "load_s"}]  loaded, ready for work
+                      [EARLY, [[tag, ok, payload]...], stats, batches]
+                                                          answers from one pass of a hand-over that needs
+                                                          more; still busy with the rest
                       [RESULTS, [[tag, ok, payload]...], stats, batches]
-                                                          answers for a hand-over; ready again. batches:
-                                                          [[size, padded_tokens, real_tokens, latency_ms, ok]...],
-                                                          the forward passes it took
+                                                          the hand-over's remaining answers; ready again.
+                                                          batches: [[size, padded_tokens, real_tokens,
+                                                          latency_ms, ok]...], the passes since the last message
                       [FAILED, message]                   could not load the model
 heartbeat socket   →  [HEARTBEAT]                         alive; sent every interval by a thread, from the
                                                           worker's identity + "/hb", while it scores too
@@ -13,7 +16,8 @@ supervisor → worker:  [BATCH, [[tag, payload]...]]        everything it takes 
 """
 import msgpack
 
-HELLO, RESULTS, FAILED, HEARTBEAT, BATCH, STOP = "hello", "results", "failed", "heartbeat", "batch", "stop"
+HELLO, EARLY, RESULTS, FAILED, HEARTBEAT, BATCH, STOP = (
+    "hello", "early", "results", "failed", "heartbeat", "batch", "stop")
 
 # A worker that fails to load its model exits with this, so the supervisor
 # stops with the worker's message instead of restarting it in a loop.

@@ -388,6 +388,8 @@ class Supervisor:
         kind, *args = message
         if kind == channel.HELLO:
             self.on_worker_ready(worker, args[0])
+        elif kind == channel.EARLY:
+            self.on_early(worker, *args)
         elif kind == channel.RESULTS:
             self.on_results(worker, *args)
         elif kind == channel.FAILED:
@@ -408,7 +410,21 @@ class Supervisor:
                   seconds=round(self.clock() - self.started, 3))
             self.notifier.ready(self.status_line())
 
+    def on_early(self, worker: WorkerHandle, results: list, stats: dict, batches: list) -> None:
+        """One pass of a longer hand-over: its callers are answered now, not after the last pass."""
+        self.take_answers(worker, results, stats, batches)
+        if worker.state == BUSY:
+            worker.busy_since = self.clock()     # the batch timeout bounds each pass, and this one ended
+
     def on_results(self, worker: WorkerHandle, results: list, stats: dict, batches: list = ()) -> None:
+        self.take_answers(worker, results, stats, batches)
+        for entry in worker.inflight.values():   # a worker that skipped one broke its promise
+            self._answered.append((entry, False, InternalError("the worker returned no answer for this request")))
+        worker.inflight.clear()
+        if worker.state == BUSY:
+            worker.state, worker.busy_since = IDLE, None
+
+    def take_answers(self, worker: WorkerHandle, results: list, stats: dict, batches: list) -> None:
         worker.stats = stats
         self.metrics.batches(batches)
         for tag, ok, payload in results:
@@ -417,11 +433,6 @@ class Supervisor:
                 continue
             worker.requests += 1
             self._answered.append((entry, ok, payload if ok else error_from_wire(payload)))
-        for entry in worker.inflight.values():   # a worker that skipped one broke its promise
-            self._answered.append((entry, False, InternalError("the worker returned no answer for this request")))
-        worker.inflight.clear()
-        if worker.state == BUSY:
-            worker.state, worker.busy_since = IDLE, None
 
     def on_worker_exit(self, worker: WorkerHandle) -> None:
         self.pool.remove(worker)

@@ -75,11 +75,14 @@ def load_engine(settings: dict, observer=None):
     return Engine(model, EngineConfig(**settings["engine"]), observer=observer)
 
 
-def score(engine, items: list) -> list:
+def score(engine, items: list, early=None) -> list:
     """[[tag, request message]...] → [[tag, ok, result or error]...]; one bad request never fails the others.
 
     The supervisor already accepted each message; decoding it again here, with
     the same strict decoder, is what keeps queued requests at their wire size.
+    A hand-over the engine splits into several passes reports each pass but
+    the last to early([[tag, ok, result or error]...]) as it ends; the return
+    value holds everything not reported that way.
     """
     outcomes, admitted, tags = {}, [], []
     for tag, payload in items:
@@ -90,12 +93,21 @@ def score(engine, items: list) -> list:
             outcomes[tag] = exc
         except Exception as exc:   # noqa: BLE001 - becomes this request's internal error
             outcomes[tag] = InternalError(f"admission failed: {type(exc).__name__}: {exc}")
-    for tag, outcome in zip(tags, engine.score(admitted)):
+    reported = set()
+
+    def pass_done(done: list) -> None:
+        reported.update(tags[i] for i, _ in done)
+        early([_wire(tags[i], o) for i, o in done])
+
+    for tag, outcome in zip(tags, engine.score(admitted, early=pass_done if early else None)):
         outcomes[tag] = outcome
-    return [
-        [tag, False, o.to_wire()] if isinstance(o, JevanyError) else [tag, True, o]
-        for tag, o in ((tag, outcomes[tag]) for tag, _ in items)
-    ]
+    return [_wire(tag, outcomes[tag]) for tag, _ in items if tag not in reported]
+
+
+def _wire(tag, outcome) -> list:
+    if isinstance(outcome, JevanyError):
+        return [tag, False, outcome.to_wire()]
+    return [tag, True, outcome]
 
 
 class Heartbeat(threading.Thread):
@@ -138,10 +150,12 @@ def serve(sock, engine, batches: list) -> None:
         if kind == channel.STOP:
             return
         if kind == channel.BATCH:
-            results = score(engine, args[0])
-            records = [[r.size, r.padded_tokens, r.real_tokens, r.latency_ms, r.ok] for r in batches]
-            batches.clear()
-            sock.send(channel.encode(channel.RESULTS, results, engine.stats.as_dict(), records))
+            def report(kind: str, results: list) -> None:
+                records = [[r.size, r.padded_tokens, r.real_tokens, r.latency_ms, r.ok] for r in batches]
+                batches.clear()
+                sock.send(channel.encode(kind, results, engine.stats.as_dict(), records))
+
+            report(channel.RESULTS, score(engine, args[0], early=lambda done: report(channel.EARLY, done)))
 
 
 def main(argv=None) -> int:
