@@ -294,8 +294,9 @@ class Supervisor:
 
     def report(self) -> None:
         now = self.clock()
-        self.metrics.gauges(len(self.queue), self.queue.max_depth, self.pool.inflight(),
-                            [w.state for w in self.pool.workers], self.state == "ready")
+        if self.metrics_url is not None:     # a few label lookups per tick, on every request's path
+            self.metrics.gauges(len(self.queue), self.queue.max_depth, self.pool.inflight(),
+                                [w.state for w in self.pool.workers], self.state == "ready")
         self.overloads.flush()
         self.dropped.flush()
         if self.notifier.watchdog_s is not None and now >= self._next_watchdog:

@@ -69,6 +69,7 @@ def test_kill_9_while_clients_wait_every_request_answered_and_the_worker_returns
     with urllib.request.urlopen(status["metrics"], timeout=10) as response:
         metrics = response.read().decode()
     assert 'jevany_worker_restarts_total{cause="died"} 1.0' in metrics
+    assert "jevany_ready 1.0" in metrics and 'jevany_workers{state="idle"} 2.0' in metrics
     log = daemon.log.read_text()
     assert "event=worker_exit" in log and "cause='killed by SIGKILL'" in log
     assert "replaced_in_s=" in log
