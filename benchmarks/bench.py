@@ -5,20 +5,36 @@
     python benchmarks/bench.py --device cuda --dtype bf16 --shape 0.8b --arch qwen3_5   # on a GPU host
 
 Everything is compared within this one run (daemon vs in-process, batched vs
-serial, packed vs rows) because absolute figures on a shared machine drift.
+serial, packed vs rows) because absolute figures on a shared machine drift, by
+tens of percent within a minute on the 2-core machine it was written on. So
+both daemons (max_batch_size 1 and --batch) stay up side by side, and:
+
+- concurrency 1 interleaves request by request: in-process, then each daemon,
+  rotating who goes first; each p50 is over the same requests;
+- at 32 clients, rounds of in-process serial, in-process ideal batches, then
+  each daemon, on the same requests; a target's ratio is taken within each
+  round, then the median over rounds.
+
+In-process means what a caller of the engine pays: validation, tokenization
+and the forward pass. Clients are separate processes (benchmarks/loadgen.py)
+that import jevany-client and never torch.
+
 Writes JSON (and a PNG plot when matplotlib is installed) to --out-dir, and
 prints a table plus the issue's targets with pass/fail.
 """
 import argparse
 import json
-import multiprocessing as mp
 import os
 import platform
+import shlex
 import signal
+import socket
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
+from multiprocessing.connection import Connection
 from pathlib import Path
 
 import torch
@@ -91,23 +107,35 @@ def parity_report(models: Models, args) -> list[dict]:
 
 # --- in-process references ------------------------------------------------
 
-def inprocess(model, bodies: list, batch: int, layout: str = "auto") -> dict:
-    """Serial, and ideal pre-formed batches (everything handed over at once), on the same requests."""
-    serial_e = engine(model, layout=layout)
-    ideal_e = engine(model, layout=layout, max_batch_size=batch, batch_policy="greedy")
-    adm_s = [serial_e.admit(b) for b in bodies]
-    adm_i = [ideal_e.admit(b) for b in bodies]
-    serial_e.score(adm_s[:2])      # warm-up
-    _, t_serial = timed(lambda: [serial_e.score([a]) for a in adm_s])
-    _, t_ideal = timed(lambda: ideal_e.score(adm_i))
-    latencies = []
-    for a in adm_s[: min(32, len(adm_s))]:
-        _, t = timed(lambda: serial_e.score([a]))
-        latencies.append(t)
-    return {"serial_rps": len(bodies) / t_serial, "ideal_rps": len(bodies) / t_ideal,
-            "serial_p50_ms": percentile(latencies, 0.5) * 1000,
-            "ideal_padding_waste": ideal_e.stats.as_dict()["padding_waste"],
-            "ideal_mean_batch_size": ideal_e.stats.as_dict()["mean_batch_size"]}
+class InProcess:
+    """The engine in this process, on the same requests: serially, and in ideal pre-formed batches.
+
+    Two ideals: the whole set handed over at once, so the engine picks every
+    batch from all of it (what an offline job gets), and `batch` requests at a
+    time in arrival order (the most a server with that many clients can hold).
+    """
+
+    def __init__(self, model, batch: int, layout: str = "auto"):
+        self.batch = batch
+        self.serial = engine(model, layout=layout)
+        self.ideal = engine(model, layout=layout, max_batch_size=batch, batch_policy="greedy")
+
+    def call(self, body: dict) -> dict:
+        """One request as a caller of the engine pays for it: validation and tokenization too."""
+        return self.serial.score([self.serial.admit(body)])[0]
+
+    def serial_rps(self, bodies: list) -> float:
+        _, t = timed(lambda: [self.call(b) for b in bodies])
+        return len(bodies) / t
+
+    def ideal_rps(self, bodies: list) -> float:
+        _, t = timed(lambda: self.ideal.score([self.ideal.admit(b) for b in bodies]))
+        return len(bodies) / t
+
+    def online_rps(self, bodies: list) -> float:
+        _, t = timed(lambda: [self.ideal.score([self.ideal.admit(b) for b in bodies[i: i + self.batch]])
+                              for i in range(0, len(bodies), self.batch)])
+        return len(bodies) / t
 
 
 def percentile(values: list, q: float) -> float:
@@ -115,17 +143,48 @@ def percentile(values: list, q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
 
 
+def median(values: list) -> float:
+    return statistics.median(values) if values else 0.0
+
+
 # --- the daemon -----------------------------------------------------------
 
+def cpu_seconds(pids) -> float | None:
+    """CPU time (user + system, all threads) the processes have used so far; None off Linux."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def process_tree(pid: int) -> list[int]:
+    """pid and its descendants (the supervisor and its workers), from /proc; [pid] off Linux."""
+    pids, children = [pid], {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    for p in pids:
+        pids.extend(children.get(p, []))
+    return pids
+
+
 class Daemon:
-    def __init__(self, model_dir: Path, args, batch: int, policy: str):
+    def __init__(self, model_dir: Path, args, batch: int, policy: str, extra=(), env=None):
+        self.batch = batch
         self.dir = Path(tempfile.mkdtemp(prefix="jv-bd-"))
         self.endpoint = f"ipc://{self.dir}/d.sock"
-        env = {**os.environ, "JEVANY_BATCH_POLICY": policy, "JEVANY_LOG_LEVEL": "WARNING"}
+        env = {**os.environ, "JEVANY_BATCH_POLICY": policy, "JEVANY_LOG_LEVEL": "WARNING", **(env or {})}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jevany_daemon", "serve", "--model", str(model_dir), "--bind", self.endpoint,
              "--control", "", "--max-batch-size", str(batch), "--device", args.device, "--dtype", args.dtype,
-             "--max-queue", "4096"], env=env)
+             "--max-queue", "4096", *args.serve_args, *extra], env=env)
         deadline = time.monotonic() + 600
         with JevClient(self.endpoint, timeout=1) as c:
             while time.monotonic() < deadline:
@@ -133,97 +192,205 @@ class Daemon:
                     raise RuntimeError("daemon exited during start-up")
                 try:
                     if c.status()["state"] == "ready":
-                        return
+                        break
                 except JevTimeoutError:
                     continue
                 time.sleep(0.2)    # loading; poll again
-        raise RuntimeError("daemon not ready")
+            else:
+                raise RuntimeError("daemon not ready")
+        self.client = JevClient(self.endpoint, timeout=600, retries=0)
 
-    def status(self) -> dict:
-        with JevClient(self.endpoint, timeout=30) as c:
-            return c.status()
+    def batching(self) -> dict:
+        return self.client.status()["batching"]
 
     def stop(self) -> None:
+        self.client.close()
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(120)
 
 
-def client_worker(conn) -> None:
-    """A long-lived client process: run whatever slice of requests the driver sends, on 'go'."""
-    conn.send("started")
-    while True:
-        task = conn.recv()
-        if task is None:
-            return
-        endpoint, bodies = task
-        with JevClient(endpoint, timeout=600) as client:
-            client.ping()                    # connected before the clock starts
-            conn.send("ready")
-            conn.recv()                      # go
-            latencies = []
-            for body in bodies:
-                started = time.perf_counter()
-                client.call("decide", body)
-                latencies.append(time.perf_counter() - started)
-        conn.send(latencies)
-
-
 class ClientPool:
+    """Client processes (benchmarks/loadgen.py), started once and reused by every measurement."""
+
     def __init__(self, n: int):
-        ctx = mp.get_context("spawn")
         self.conns, self.procs = [], []
         for _ in range(n):
-            parent, child = ctx.Pipe()
-            p = ctx.Process(target=client_worker, args=(child,), daemon=True)
-            p.start()
-            self.conns.append(parent)
-            self.procs.append(p)
+            ours, theirs = socket.socketpair()
+            self.procs.append(subprocess.Popen([sys.executable, str(HERE / "loadgen.py"), str(theirs.fileno())],
+                                               pass_fds=[theirs.fileno()]))
+            theirs.close()
+            self.conns.append(Connection(ours.detach()))
         for c in self.conns:     # all interpreters up before anything is timed
             assert c.recv() == "started"
 
-    def run(self, endpoint: str, bodies: list, concurrency: int) -> dict:
+    def run(self, daemon: Daemon, bodies: list, concurrency: int) -> dict:
+        """Every body once, from `concurrency` closed-loop clients; throughput, latency, and what the daemon did."""
         conns = self.conns[:concurrency]
         for k, c in enumerate(conns):
-            c.send((endpoint, bodies[k::concurrency]))
+            c.send((daemon.endpoint, bodies[k::concurrency]))
         for c in conns:
             assert c.recv() == "ready"
+        groups = [[daemon.proc.pid], process_tree(daemon.proc.pid)[1:], [p.pid for p in self.procs[:concurrency]]]
+        before = daemon.batching()
+        cpu_before = [cpu_seconds(g) for g in groups]
         started = time.perf_counter()
         for c in conns:
             c.send("go")
         latencies = [t for c in conns for t in c.recv()]
         elapsed = time.perf_counter() - started
-        return {"rps": len(bodies) / elapsed, "p50_ms": percentile(latencies, 0.5) * 1000,
-                "p95_ms": percentile(latencies, 0.95) * 1000, "p99_ms": percentile(latencies, 0.99) * 1000}
+        cpu_after = [cpu_seconds(g) for g in groups]
+        after = daemon.batching()
+        passes = after["batches"] - before["batches"]
+        # cores' worth of CPU the supervisor, the workers and the client processes used
+        cores = [None if a is None or b is None else (b - a) / elapsed for a, b in zip(cpu_before, cpu_after)]
+        return {"rps": len(bodies) / elapsed, "latencies": latencies,
+                "mean_batch_size": (after["requests"] - before["requests"]) / max(1, passes),
+                "busy": (after["busy_s"] - before["busy_s"]) / elapsed,
+                "supervisor_cores": cores[0], "worker_cores": cores[1], "client_cores": cores[2]}
 
     def close(self) -> None:
         for c in self.conns:
             c.send(None)
         for p in self.procs:
-            p.join(10)
+            p.wait(10)
 
 
-def daemon_sweep(model_dir, bodies, tokens, args, pool, concurrencies, batches) -> list[dict]:
-    rows = []
-    for batch in batches:
-        d = Daemon(model_dir, args, batch, args.policy)
-        try:
-            pool.run(d.endpoint, bodies[:8], 1)     # warm-up
-            for c in concurrencies:
-                before = d.status()["batching"]
-                r = pool.run(d.endpoint, bodies, c)
-                after = d.status()["batching"]
-                passes = after["batches"] - before["batches"]
-                r.update({"max_batch_size": batch, "concurrency": c, "tokens_per_s": r["rps"] * tokens,
-                          "mean_batch_size": (after["requests"] - before["requests"]) / max(1, passes)})
-                rows.append(r)
-                print(f"  batch {batch:>2} concurrency {c:>2}: {r['rps']:7.1f} req/s  p50 {r['p50_ms']:7.1f} ms"
-                      f"  p99 {r['p99_ms']:7.1f} ms  mean batch {r['mean_batch_size']:.2f}", flush=True)
-            models = JevClient(d.endpoint, timeout=30)
-            rows[-1]["padding_waste"] = models.models()["models"][0]["batching"].get("padding_waste")
-            models.close()
-        finally:
-            d.stop()
-    return rows
+def summary(batch: int, concurrency: int, runs: list[dict], tokens: float) -> dict:
+    """One cell of the sweep: the median round's throughput, latencies pooled over the rounds."""
+    latencies = [t for r in runs for t in r["latencies"]]
+    rps = median([r["rps"] for r in runs])
+    return {"max_batch_size": batch, "concurrency": concurrency, "rounds": len(runs),
+            "rps": rps, "rps_rounds": [r["rps"] for r in runs], "tokens_per_s": rps * tokens,
+            "p50_ms": percentile(latencies, 0.5) * 1000, "p95_ms": percentile(latencies, 0.95) * 1000,
+            "p99_ms": percentile(latencies, 0.99) * 1000,
+            "mean_batch_size": median([r["mean_batch_size"] for r in runs]),
+            "worker_busy": _median_known(runs, "busy"),
+            **{key: _median_known(runs, key) for key in ("supervisor_cores", "worker_cores", "client_cores")}}
+
+
+def _median_known(runs: list[dict], key: str) -> float | None:
+    known = [r[key] for r in runs if r.get(key) is not None]
+    return median(known) if known else None
+
+
+# --- one workload -----------------------------------------------------------
+
+IDLE_BLOCK = 16
+
+
+def idle_latency(ref: InProcess, daemons: dict, bodies: list) -> dict:
+    """Concurrency 1: blocks of IDLE_BLOCK requests, each block in-process and then through each
+    daemon, rotating who goes first, so the machine's drift (large here) falls on all alike.
+    Blocks rather than single requests: one process's torch threads spinning down after its
+    pass must not land on another's next request."""
+    callers = [("inprocess", ref.call)] + [(b, lambda body, d=d: d.client.call("decide", body))
+                                           for b, d in daemons.items()]
+    latencies = {name: [] for name, _ in callers}
+    for k, at in enumerate(range(0, len(bodies), IDLE_BLOCK)):
+        block = bodies[at: at + IDLE_BLOCK]
+        for name, call in callers[k % len(callers):] + callers[: k % len(callers)]:
+            for body in block:
+                _, t = timed(lambda: call(body))
+                latencies[name].append(t)
+    return latencies
+
+
+def throughput_rounds(ref: InProcess, daemons: dict, pool: ClientPool, bodies: list, concurrency: int,
+                      rounds: int, serial: bool) -> dict:
+    """Rounds of: in-process serial and ideal, each daemon at `concurrency` client processes, and the
+    batched daemon fed full batches by one pipelining client; all on the same requests.
+
+    The targets take each ratio within a round, then the median over rounds:
+    this machine's speed drifts by tens of percent within a minute. The
+    pipelined figure is a diagnostic: the daemon's own cost once batches are
+    full, without the client processes competing for the same cores.
+    """
+    out = {"serial": [], "ideal": [], "online": [], "pipelined": [], **{b: [] for b in daemons}}
+    batched = daemons[max(daemons)]
+    for _ in range(rounds):
+        if serial:
+            out["serial"].append(ref.serial_rps(bodies))
+        out["ideal"].append(ref.ideal_rps(bodies))
+        out["online"].append(ref.online_rps(bodies))
+        for b, d in daemons.items():
+            out[b].append(pool.run(d, bodies, concurrency))
+        _, t = timed(lambda: [batched.client.decide_many(bodies[i: i + batched.batch])
+                              for i in range(0, len(bodies), batched.batch)])
+        out["pipelined"].append(len(bodies) / t)
+    return out
+
+
+def measure_workload(name: str, model, daemons: dict, args, pool: ClientPool | None, n: int) -> dict:
+    bodies = workloads.WORKLOADS[name](n, seed=11)
+    tokens = real_tokens(model, bodies)
+    print(f"\n{name}: {len(bodies)} requests, {tokens:.0f} real tokens each on average", flush=True)
+    ref = InProcess(model, args.batch)
+    for d in daemons.values():
+        if pool is not None:     # warm-up, the adaptive policy's first measurements included
+            pool.run(d, bodies[: min(len(bodies), 64)], 8)
+        else:
+            d.client.decide_many(bodies[:2])
+    ref.serial_rps(bodies[:2])
+    idle = idle_latency(ref, daemons, bodies)
+    w = {"requests": len(bodies), "tokens_per_request": tokens,
+         "inprocess": {"serial_p50_ms": percentile(idle["inprocess"], 0.5) * 1000}, "daemon": [],
+         "ratios": {
+             "idle_daemon_over_inprocess": percentile(idle[1], 0.5) / percentile(idle["inprocess"], 0.5),
+             "idle_batching_on_over_off": percentile(idle[args.batch], 0.5) / percentile(idle[1], 0.5)}}
+    for b in daemons:
+        # concurrency 1 is the interleaved run: one request at a time, so batches of one
+        w["daemon"].append(summary(b, 1, [{"rps": len(idle[b]) / sum(idle[b]), "latencies": idle[b],
+                                           "mean_batch_size": 1.0}], tokens))
+    if pool is not None:
+        measure_throughput(w, name, model, bodies, tokens, ref, daemons, pool, args)
+    w["daemon"].sort(key=lambda r: (r["max_batch_size"], r["concurrency"]))
+    for r in w["daemon"]:
+        print(f"  batch {r['max_batch_size']:>2} concurrency {r['concurrency']:>2}: {r['rps']:7.1f} req/s"
+              f"  p50 {r['p50_ms']:7.1f} ms  p99 {r['p99_ms']:7.1f} ms  mean batch {r['mean_batch_size']:5.2f}"
+              + ("" if r["worker_busy"] is None else f"  worker busy {r['worker_busy']:.0%}")
+              + ("" if r["client_cores"] is None else
+                 f"  CPU cores: supervisor {r['supervisor_cores']:.2f}, workers {r['worker_cores']:.2f},"
+                 f" clients {r['client_cores']:.2f}"), flush=True)
+    for k, v in w["ratios"].items():
+        print(f"  {k}: {v:.3f}", flush=True)
+    return w
+
+
+def measure_throughput(w: dict, name: str, model, bodies: list, tokens: float, ref: InProcess, daemons: dict,
+                       pool: ClientPool, args) -> None:
+    hot = throughput_rounds(ref, daemons, pool, bodies, 32, args.rounds, serial=True)
+    w["inprocess"].update({
+        "serial_rps": median(hot["serial"]), "ideal_rps": median(hot["ideal"]),
+        "online_ideal_rps": median(hot["online"]), "serial_rps_rounds": hot["serial"],
+        "ideal_rps_rounds": hot["ideal"], "online_ideal_rps_rounds": hot["online"],
+        "ideal_padding_waste": ref.ideal.stats.as_dict()["padding_waste"],
+        "ideal_mean_batch_size": ref.ideal.stats.as_dict()["mean_batch_size"]})
+    print(f"  in-process: serial {w['inprocess']['serial_rps']:.1f} req/s, ideal batches "
+          f"{w['inprocess']['ideal_rps']:.1f} (whole set) and {w['inprocess']['online_ideal_rps']:.1f} "
+          f"({args.batch} at a time, in arrival order)", flush=True)
+    for b in daemons:
+        w["daemon"].append(summary(b, 32, hot[b], tokens))
+    batch = args.batch
+    # each ratio within a round, then the median over rounds
+    w["ratios"].update({
+        "batched_over_serial_32": median([x["rps"] / y["rps"] for x, y in zip(hot[batch], hot[1])]),
+        "daemon_over_ideal_32": median([x["rps"] / y for x, y in zip(hot[batch], hot["ideal"])]),
+        "daemon_over_online_ideal_32": median([x["rps"] / y for x, y in zip(hot[batch], hot["online"])]),
+        "pipelined_daemon_over_ideal": median([x / y for x, y in zip(hot["pipelined"], hot["ideal"])]),
+    })
+    w["pipelined_rps"] = median(hot["pipelined"])
+    if name == "short":
+        for c in (c for c in args.concurrencies if c not in (1, 32)):
+            for b, d in daemons.items():
+                w["daemon"].append(summary(b, c, [pool.run(d, bodies, c)], tokens))
+    if name == "multi_question":
+        rows = InProcess(model, batch, layout="rows")
+        state_once = [ref.ideal_rps(bodies) for _ in range(args.rounds)]
+        plain = [rows.ideal_rps(bodies) for _ in range(args.rounds)]
+        w["rows_inprocess"] = {"ideal_rps": median(plain), "ideal_rps_rounds": plain}
+        w["ratios"]["state_once_over_rows"] = median([x / y for x, y in zip(state_once, plain)])
+        print(f"  state once vs plain rows, ideal batches: {median(state_once):.1f} vs {median(plain):.1f} "
+              f"req/s", flush=True)
 
 
 # --- the run --------------------------------------------------------------
@@ -239,13 +406,20 @@ def run(args) -> dict:
     quick = args.quick
     n = {"short": 96 if quick else 256, "long_uneven": 48 if quick else 96,
          "multi_question": 32 if quick else 64, "mixed": 48 if quick else 128}
-    conc = [1, 32] if quick else [1, 4, 16, 32, 64]
-    batches = [1, args.batch]
+    if args.requests:
+        n = dict.fromkeys(n, args.requests)
+    args.concurrencies = [1, 32] if quick else [1, 4, 16, 32, 64]
+    args.rounds = 2 if quick else 3
+    if args.parity_n is None:
+        args.parity_n = 24 if quick else 64
     result = {"machine": {"python": platform.python_version(), "torch": torch.__version__,
                           "cpus": os.cpu_count(), "device": args.device, "dtype": args.dtype,
-                          "shape": args.shape, "threads": args.threads, "quick": quick}}
-    print("parity (batched vs serial, per readout, layout and dtype)", flush=True)
-    result["parity"] = parity_report(models, args)
+                          "shape": args.shape, "threads": args.threads, "quick": quick,
+                          "serve_args": args.serve_args, "rounds": args.rounds}}
+    result["parity"] = []
+    if not args.idle_only:
+        print("parity (batched vs serial, per readout, layout and dtype)", flush=True)
+        result["parity"] = parity_report(models, args)
     for row in result["parity"]:
         print(f"  {row['arch']:8} {row['readout']:8} {row['layout']:6} {row['dtype']}: max {row['max_abs_diff']:.2e}"
               f"  mean {row['mean_abs_diff']:.2e}  decisions changed {row['decisions_changed']}", flush=True)
@@ -254,35 +428,25 @@ def run(args) -> dict:
 
     model_dir = models.dir(args.arch, "pointer")
     model = load_model(str(model_dir), device=args.device, dtype=args.dtype)
-    pool = ClientPool(max(conc))
+    pool = None if args.idle_only else ClientPool(max(args.concurrencies))
+    daemons = {}
     result["workloads"] = {}
     try:
+        # both up side by side for the whole run, serving every workload in turn like a long-lived daemon
+        for b in (1, args.batch):
+            daemons[b] = Daemon(model_dir, args, b, args.policy)
         for name in args.workloads:
-            bodies = workloads.WORKLOADS[name](n[name], seed=11)
-            tokens = real_tokens(model, bodies)
-            print(f"\n{name}: {len(bodies)} requests, {tokens:.0f} real tokens each on average", flush=True)
-            ref = inprocess(model, bodies, args.batch)
-            print(f"  in-process serial {ref['serial_rps']:.1f} req/s, ideal batches {ref['ideal_rps']:.1f} req/s",
-                  flush=True)
-            w = {"requests": len(bodies), "tokens_per_request": tokens, "inprocess": ref,
-                 "daemon": daemon_sweep(model_dir, bodies, tokens, args, pool,
-                                        conc if name == "short" else [1, 32], batches)}
-            if name == "multi_question":
-                w["rows_inprocess"] = inprocess(model, bodies, args.batch, layout="rows")
-                print(f"  plain rows: serial {w['rows_inprocess']['serial_rps']:.1f} req/s, ideal batches "
-                      f"{w['rows_inprocess']['ideal_rps']:.1f} req/s", flush=True)
-            result["workloads"][name] = w
+            result["workloads"][name] = measure_workload(name, model, daemons, args, pool, n[name])
     finally:
-        pool.close()
-    result["targets"] = targets(result, args.batch)
+        for d in daemons.values():
+            d.stop()
+        if pool is not None:
+            pool.close()
+    result["targets"] = targets(result)
     return result
 
 
-def cell(w: dict, batch: int, concurrency: int) -> dict:
-    return next(r for r in w["daemon"] if r["max_batch_size"] == batch and r["concurrency"] == concurrency)
-
-
-def targets(result: dict, batch: int) -> list[dict]:
+def targets(result: dict) -> list[dict]:
     out = []
     ws = result["workloads"]
 
@@ -290,27 +454,28 @@ def targets(result: dict, batch: int) -> list[dict]:
         out.append({"target": name, "value": float(f"{value:.4g}"), "bound": bound, "met": bool(ok)})
 
     if "short" in ws:
-        s = ws["short"]
-        idle = cell(s, 1, 1)["p50_ms"] / s["inprocess"]["serial_p50_ms"]
+        r = ws["short"]["ratios"]
+        idle = r["idle_daemon_over_inprocess"]
         add("1a idle: daemon p50 / in-process p50 at concurrency 1", idle, "<= 1.05", idle <= 1.05)
-        on_off = cell(s, batch, 1)["p50_ms"] / cell(s, 1, 1)["p50_ms"]
+        on_off = r["idle_batching_on_over_off"]
         add("1b idle: batching on / off p50 at concurrency 1", on_off, "<= 1.02", on_off <= 1.02)
-        short = cell(s, batch, 32)["rps"] / cell(s, 1, 32)["rps"]
+    if "short" in ws and "batched_over_serial_32" in ws["short"]["ratios"]:
+        r = ws["short"]["ratios"]
+        short = r["batched_over_serial_32"]
         add("3 short, 32 clients: batched / serial throughput", short, ">= 1.3", short >= 1.3)
-        ratio = cell(s, batch, 32)["rps"] / s["inprocess"]["ideal_rps"]
+        ratio = r["daemon_over_ideal_32"]
         add("6 daemon at 32 clients / in-process ideal batches (short)", ratio, ">= 0.9", ratio >= 0.9)
     fp32 = [r for r in result["parity"] if r["dtype"] == "fp32"]
-    worst = max(r["max_abs_diff"] for r in fp32)
-    changed = sum(r["decisions_changed"] for r in fp32)
-    add("2 parity fp32: max probability difference", worst, "<= 1e-5", worst <= 1e-5)
-    add("2 parity fp32: decisions changed", changed, "== 0", changed == 0)
-    if "long_uneven" in ws:
-        lu = ws["long_uneven"]
-        ratio = cell(lu, batch, 32)["rps"] / cell(lu, 1, 32)["rps"]
+    if fp32:
+        worst = max(r["max_abs_diff"] for r in fp32)
+        changed = sum(r["decisions_changed"] for r in fp32)
+        add("2 parity fp32: max probability difference", worst, "<= 1e-5", worst <= 1e-5)
+        add("2 parity fp32: decisions changed", changed, "== 0", changed == 0)
+    if "batched_over_serial_32" in ws.get("long_uneven", {}).get("ratios", {}):
+        ratio = ws["long_uneven"]["ratios"]["batched_over_serial_32"]
         add("4 long uneven, 32 clients: batched / serial throughput", ratio, ">= 1.0", ratio >= 1.0)
-    if "multi_question" in ws and "rows_inprocess" in ws["multi_question"]:
-        m = ws["multi_question"]
-        ratio = m["inprocess"]["ideal_rps"] / m["rows_inprocess"]["ideal_rps"]
+    if "state_once_over_rows" in ws.get("multi_question", {}).get("ratios", {}):
+        ratio = ws["multi_question"]["ratios"]["state_once_over_rows"]
         add("5 multi-question: state run once (packed or shared) / plain rows throughput", ratio, ">= 2.0",
             ratio >= 2.0)
     return out
@@ -350,6 +515,9 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--quick", action="store_true", help="fewer requests and concurrencies (< 2 min)")
     p.add_argument("--parity-only", action="store_true", help="only the parity report (what CI runs)")
+    p.add_argument("--idle-only", action="store_true", help="only concurrency 1 (targets 1a and 1b): no parity, "
+                   "no client pool; for shapes too slow for the rest, e.g. --shape 0.8b --requests 32")
+    p.add_argument("--requests", type=int, help="requests per workload [default: per workload and --quick]")
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="fp32", choices=("fp32", "bf16", "fp16"))
     p.add_argument("--shape", default="tiny", choices=("tiny", "0.8b"), help="0.8b: Qwen3.5-0.8B layer shape")
@@ -357,17 +525,23 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=32, help="max_batch_size of the batched runs")
     p.add_argument("--policy", default="adaptive", choices=("adaptive", "greedy"))
     p.add_argument("--workloads", nargs="+", default=list(workloads.WORKLOADS), choices=list(workloads.WORKLOADS))
-    p.add_argument("--parity-n", type=int, default=64)
-    p.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
+    p.add_argument("--parity-n", type=int, help="requests per parity case [default: 64, --quick 24]")
+    p.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1),
+                   help="torch threads of the in-process references")
+    p.add_argument("--serve-args", type=shlex.split, default=[],
+                   help="more jevany-daemon serve flags for both daemons, e.g. '--cpu-threads 1'")
     p.add_argument("--out-dir", type=Path, default=HERE / "results")
     p.add_argument("--name", help="result file stem [default: DEVICE-DTYPE-SHAPE[-quick]]")
     args = p.parse_args()
+    if args.idle_only and args.workloads == list(workloads.WORKLOADS):
+        args.workloads = ["short"]
     result = run(args)
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    stem = args.name or f"{args.device.split(':')[0]}-{args.dtype}-{args.shape}{'-quick' if args.quick else ''}"
+    stem = args.name or (f"{args.device.split(':')[0]}-{args.dtype}-{args.shape}{'-quick' if args.quick else ''}"
+                         f"{'-idle' if args.idle_only else ''}")
     (args.out_dir / f"{stem}.json").write_text(json.dumps(result, indent=1))
     print(f"\nwrote {args.out_dir / (stem + '.json')}")
-    if not args.parity_only and plot(result, args.out_dir / f"{stem}.png"):
+    if not (args.parity_only or args.idle_only) and plot(result, args.out_dir / f"{stem}.png"):
         print(f"wrote {args.out_dir / (stem + '.png')}")
     for t in result.get("targets", []):
         print(f"  [{'met' if t['met'] else 'NOT MET'}] {t['target']}: {t['value']} ({t['bound']})")
