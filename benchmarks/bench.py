@@ -279,15 +279,16 @@ IDLE_BLOCK = 16
 
 
 def idle_latency(ref: InProcess, daemons: dict, bodies: list) -> dict:
-    """Concurrency 1: blocks of IDLE_BLOCK requests, each block in-process and then through each
-    daemon, rotating who goes first, so the machine's drift (large here) falls on all alike.
+    """Concurrency 1: blocks of up to IDLE_BLOCK requests, each block in-process and then through
+    each daemon, rotating who goes first, so the machine's drift (large here) falls on all alike.
     Blocks rather than single requests: one process's torch threads spinning down after its
-    pass must not land on another's next request."""
+    pass must not land on another's next request; at least 16 blocks, so drift averages out."""
+    size = max(1, min(IDLE_BLOCK, len(bodies) // 16))
     callers = [("inprocess", ref.call)] + [(b, lambda body, d=d: d.client.call("decide", body))
                                            for b, d in daemons.items()]
     latencies = {name: [] for name, _ in callers}
-    for k, at in enumerate(range(0, len(bodies), IDLE_BLOCK)):
-        block = bodies[at: at + IDLE_BLOCK]
+    for k, at in enumerate(range(0, len(bodies), size)):
+        block = bodies[at: at + size]
         for name, call in callers[k % len(callers):] + callers[: k % len(callers)]:
             for body in block:
                 _, t = timed(lambda: call(body))
@@ -336,7 +337,9 @@ def measure_workload(name: str, model, daemons: dict, args, pool: ClientPool | N
          "inprocess": {"serial_p50_ms": percentile(idle["inprocess"], 0.5) * 1000}, "daemon": [],
          "ratios": {
              "idle_daemon_over_inprocess": percentile(idle[1], 0.5) / percentile(idle["inprocess"], 0.5),
-             "idle_batching_on_over_off": percentile(idle[args.batch], 0.5) / percentile(idle[1], 0.5)}}
+             "idle_batching_on_over_off": percentile(idle[args.batch], 0.5) / percentile(idle[1], 0.5)},
+         # the daemon's fixed cost: the same request through the daemon minus in-process, median
+         "idle_overhead_ms": statistics.median(d - i for d, i in zip(idle[1], idle["inprocess"])) * 1000}
     for b in daemons:
         # concurrency 1 is the interleaved run: one request at a time, so batches of one
         w["daemon"].append(summary(b, 1, [{"rps": len(idle[b]) / sum(idle[b]), "latencies": idle[b],
@@ -353,6 +356,8 @@ def measure_workload(name: str, model, daemons: dict, args, pool: ClientPool | N
                  f" clients {r['client_cores']:.2f}"), flush=True)
     for k, v in w["ratios"].items():
         print(f"  {k}: {v:.3f}", flush=True)
+    print(f"  idle overhead (same request, daemon minus in-process, median): {w['idle_overhead_ms']:.2f} ms",
+          flush=True)
     return w
 
 
