@@ -14,6 +14,7 @@ import sys
 import tempfile
 import threading
 import time
+from functools import partial
 from pathlib import Path
 
 import zmq
@@ -150,12 +151,15 @@ def serve(sock, engine, batches: list) -> None:
         if kind == channel.STOP:
             return
         if kind == channel.BATCH:
-            def report(kind: str, results: list) -> None:
-                records = [[r.size, r.padded_tokens, r.real_tokens, r.latency_ms, r.ok] for r in batches]
-                batches.clear()
-                sock.send(channel.encode(kind, results, engine.stats.as_dict(), records))
+            early = partial(send_answers, sock, engine, batches, channel.EARLY)
+            send_answers(sock, engine, batches, channel.RESULTS, score(engine, args[0], early=early))
 
-            report(channel.RESULTS, score(engine, args[0], early=lambda done: report(channel.EARLY, done)))
+
+def send_answers(sock, engine, batches: list, kind: str, answers: list) -> None:
+    """EARLY or RESULTS, with the statistics and the passes run since the last message."""
+    records = [[r.size, r.padded_tokens, r.real_tokens, r.latency_ms, r.ok] for r in batches]
+    batches.clear()
+    sock.send(channel.encode(kind, answers, engine.stats.as_dict(), records))
 
 
 def main(argv=None) -> int:
