@@ -176,15 +176,15 @@ def process_tree(pid: int) -> list[int]:
 
 
 class Daemon:
-    def __init__(self, model_dir: Path, args, batch: int, policy: str, extra=(), env=None):
+    def __init__(self, model_dir: Path, args, batch: int, policy: str):
         self.batch = batch
         self.dir = Path(tempfile.mkdtemp(prefix="jv-bd-"))
         self.endpoint = f"ipc://{self.dir}/d.sock"
-        env = {**os.environ, "JEVANY_BATCH_POLICY": policy, "JEVANY_LOG_LEVEL": "WARNING", **(env or {})}
+        env = {**os.environ, "JEVANY_BATCH_POLICY": policy, "JEVANY_LOG_LEVEL": "WARNING"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jevany_daemon", "serve", "--model", str(model_dir), "--bind", self.endpoint,
              "--control", "", "--max-batch-size", str(batch), "--device", args.device, "--dtype", args.dtype,
-             "--max-queue", "4096", *args.serve_args, *extra], env=env)
+             "--max-queue", "4096", *args.serve_args], env=env)
         deadline = time.monotonic() + 600
         with JevClient(self.endpoint, timeout=1) as c:
             while time.monotonic() < deadline:
@@ -256,7 +256,7 @@ class ClientPool:
 
 
 def summary(batch: int, concurrency: int, runs: list[dict], tokens: float) -> dict:
-    """One cell of the sweep: the median round's throughput, latencies pooled over the rounds."""
+    """One cell of the sweep: the median of the rounds' throughputs, latencies pooled over the rounds."""
     latencies = [t for r in runs for t in r["latencies"]]
     rps = median([r["rps"] for r in runs])
     return {"max_batch_size": batch, "concurrency": concurrency, "rounds": len(runs),
@@ -297,7 +297,7 @@ def idle_latency(ref: InProcess, daemons: dict, bodies: list) -> dict:
 
 
 def throughput_rounds(ref: InProcess, daemons: dict, pool: ClientPool, bodies: list, concurrency: int,
-                      rounds: int, serial: bool) -> dict:
+                      rounds: int) -> dict:
     """Rounds of: in-process serial and ideal, each daemon at `concurrency` client processes, and the
     batched daemon fed full batches by one pipelining client; all on the same requests.
 
@@ -309,8 +309,7 @@ def throughput_rounds(ref: InProcess, daemons: dict, pool: ClientPool, bodies: l
     out = {"serial": [], "ideal": [], "online": [], "pipelined": [], **{b: [] for b in daemons}}
     batched = daemons[max(daemons)]
     for _ in range(rounds):
-        if serial:
-            out["serial"].append(ref.serial_rps(bodies))
+        out["serial"].append(ref.serial_rps(bodies))
         out["ideal"].append(ref.ideal_rps(bodies))
         out["online"].append(ref.online_rps(bodies))
         for b, d in daemons.items():
@@ -363,7 +362,7 @@ def measure_workload(name: str, model, daemons: dict, args, pool: ClientPool | N
 
 def measure_throughput(w: dict, name: str, model, bodies: list, tokens: float, ref: InProcess, daemons: dict,
                        pool: ClientPool, args) -> None:
-    hot = throughput_rounds(ref, daemons, pool, bodies, 32, args.rounds, serial=True)
+    hot = throughput_rounds(ref, daemons, pool, bodies, 32, args.rounds)
     w["inprocess"].update({
         "serial_rps": median(hot["serial"]), "ideal_rps": median(hot["ideal"]),
         "online_ideal_rps": median(hot["online"]), "serial_rps_rounds": hot["serial"],
