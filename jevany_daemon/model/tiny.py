@@ -208,16 +208,33 @@ def _quiet():
 
 # Backbone sizes. "0.8b" is Qwen3.5-0.8B's layer shape (random weights, the
 # tiny vocabulary): realistic compute per token for benchmarks on a GPU.
+# "tiny8" is the tiny width with the real model's depth pattern (8 layers,
+# 3 linear : 1 full), for tests of how values travel between layer types.
+_TINY = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
+             num_key_value_heads=2, head_dim=64)
 SHAPES = {
-    "tiny": dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
-                 num_key_value_heads=2, head_dim=64),
+    "tiny": _TINY,
+    "tiny8": {**_TINY, "num_hidden_layers": 8},
     "0.8b": dict(hidden_size=1024, intermediate_size=3584, num_hidden_layers=24, num_attention_heads=8,
                  num_key_value_heads=2, head_dim=256),
 }
+_TINY_LINEAR = dict(linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32,
+                    linear_value_head_dim=32)
 LINEAR_SHAPES = {
-    "tiny": dict(linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=32, linear_value_head_dim=32),
+    "tiny": _TINY_LINEAR,
+    "tiny8": _TINY_LINEAR,
     "0.8b": dict(linear_num_key_heads=16, linear_num_value_heads=16, linear_key_head_dim=128,
                  linear_value_head_dim=128),
+}
+_LINEAR, _FULL = "linear_attention", "full_attention"
+# Qwen3.5's layer pattern. The 4-layer tiny model breaks it on purpose: a
+# full-attention layer before the last linear one, so whatever an attention
+# layer leaves at a padded position (a NaN, on CUDA) can reach real tokens
+# through the recurrence in ordinary tests, as it would in the real model.
+LAYER_TYPES = {
+    "tiny": [_LINEAR, _FULL, _LINEAR, _FULL],
+    "tiny8": [_LINEAR] * 3 + [_FULL] + [_LINEAR] * 3 + [_FULL],
+    "0.8b": ([_LINEAR] * 3 + [_FULL]) * 6,
 }
 
 
@@ -242,7 +259,7 @@ def _model_config(arch: str, tokenizer, shape: str = "tiny"):
             **common,
             tie_word_embeddings=False,
             **LINEAR_SHAPES[shape],
-            layer_types=(["linear_attention"] * 3 + ["full_attention"]) * (common["num_hidden_layers"] // 4),
+            layer_types=LAYER_TYPES[shape],
         )
     raise ValueError(f"unknown arch {arch!r}; expected one of {ARCHS}")
 

@@ -52,10 +52,20 @@ def test_qwen3_ties_embeddings_and_qwen3_5_does_not(tiny_model):
 
 def test_qwen3_5_is_hybrid(tiny_model):
     config = json.loads((tiny_model("qwen3_5") / "config.json").read_text())
-    assert config["layer_types"] == ["linear_attention"] * 3 + ["full_attention"]
+    # a full-attention layer before the last, so padding's attention output feeds a later recurrence
+    assert config["layer_types"] == ["linear_attention", "full_attention", "linear_attention", "full_attention"]
     model = AutoModelForCausalLM.from_pretrained(tiny_model("qwen3_5"))
     assert hasattr(model.get_decoder().layers[0], "linear_attn")
-    assert hasattr(model.get_decoder().layers[3], "self_attn")
+    assert hasattr(model.get_decoder().layers[1], "self_attn")
+    assert hasattr(model.get_decoder().layers[2], "linear_attn")
+
+
+def test_tiny8_has_the_real_layer_pattern(tmp_path):
+    from jevany_daemon.model.tiny import build_tiny_model
+
+    config = json.loads((build_tiny_model(tmp_path / "m", arch="qwen3_5", shape="tiny8") / "config.json").read_text())
+    assert config["layer_types"] == (["linear_attention"] * 3 + ["full_attention"]) * 2
+    assert config["hidden_size"] == 256
 
 
 @pytest.mark.parametrize("arch", ARCHS)
