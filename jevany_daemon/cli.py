@@ -65,8 +65,19 @@ def serve(
                                 "readout, or choice for a plain causal LM.", show_default=False),
     model_id: str = typer.Option(None, "--model-id", help="Name replies give as 'model'. Default: from the source.",
                                  show_default=False),
-    device: str = typer.Option(None, "--device", help="cpu, cuda or cuda:N; a comma-separated list "
-                               "(cuda:0,cuda:1) starts one worker per device. [default: cpu]", show_default=False),
+    device: str = typer.Option(None, "--device", help="cpu, cuda (= cuda:0) or cuda:N; a comma-separated list "
+                               "(cuda:0,cuda:1) starts one worker per device. Each worker sees only its own "
+                               "GPU(s). [default: cpu]", show_default=False),
+    device_map: str = typer.Option(None, "--device-map", help="auto | balanced | balanced_low_0 | sequential: "
+                                   "one worker spreads the model over every GPU in --device (cuda: all of "
+                                   "them), for a checkpoint too big for one GPU; placement by Accelerate. "
+                                   "--workers must then be 1 (its default). [default: off, one whole model "
+                                   "per GPU]",
+                                   show_default=False),
+    max_memory_gib: float = typer.Option(None, "--max-memory-gib", help="With --device-map: GiB of weights "
+                                         "each GPU may take; lower it to leave room for activations. A model "
+                                         "that does not fit fails to load (never offloaded to CPU or disk). "
+                                         "[default: each GPU's free memory]", show_default=False),
     workers: int = typer.Option(None, "--workers", help="Worker processes, each with its own copy of the model, "
                                 "fed from one queue; spread evenly over --device. [default: one per device]",
                                 show_default=False),
@@ -150,7 +161,8 @@ def serve(
     except ValueError:
         typer.echo(f"error: --socket-mode: {socket_mode!r} is not a file mode such as 0660", err=True)
         raise typer.Exit(2) from None
-    flags = dict(model=model, readout=readout, model_id=model_id, device=device, dtype=dtype, workers=workers,
+    flags = dict(model=model, readout=readout, model_id=model_id, device=device, device_map=device_map,
+                 max_memory_gib=max_memory_gib, dtype=dtype, workers=workers,
                  cpu_threads=cpu_threads, heartbeat_timeout=heartbeat_timeout, batch_timeout=batch_timeout,
                  socket_mode=mode,
                  metrics_port=metrics_port, curve_secret_key=curve_secret_key,

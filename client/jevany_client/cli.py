@@ -249,10 +249,29 @@ def _errors_block(requests: dict) -> str:
 
 def _workers_block(s: dict) -> str:
     workers = s.get("workers") or []
-    keys = ("pid", "device", "state", "restarts", "requests")
-    rows = [tuple(key.upper() for key in keys)]
-    rows += [tuple(_text(w.get(key)) for key in keys) for w in workers if isinstance(w, dict)]
+    keys = ("pid", "state", "restarts", "requests")
+    rows = [tuple(key.upper() for key in keys) + ("MEMORY", "DEVICE")]
+    rows += [tuple(_text(w.get(key)) for key in keys) + _device_cells(w) for w in workers if isinstance(w, dict)]
     return f"workers ({len(workers)})\n" + _table(rows, indent=2) if workers else "workers: none"
+
+
+def _device_cells(worker: dict) -> tuple[str, str]:
+    """('12.3/139.8 GiB', 'cuda:0 NVIDIA H200') from a worker's device and its own device report."""
+    info = worker.get("device_info")
+    info = info if isinstance(info, dict) else {}
+    used, total = info.get("memory_used_bytes"), info.get("memory_total_bytes")
+    memory = f"{_gib(used)}/{_gib(total)} GiB" if _is_number(used) or _is_number(total) else "-"
+    name = info.get("name")
+    device = _text(worker.get("device")) + (f" {name}" if isinstance(name, str) and name else "")
+    return memory, device
+
+
+def _gib(n: Any) -> str:
+    return f"{n / (1 << 30):.1f}" if _is_number(n) else "-"
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _histogram_block(batching: dict) -> str:

@@ -18,10 +18,10 @@ MAX_OPTIONS = {"pointer": 4096, "lm_token": 255, "choice": 52}
 class DecisionModel:
     model_id: str                  # what replies name as "model"
     source: str                    # where it was loaded from (directory or hub id)
-    causal_lm: torch.nn.Module     # a transformers *ForCausalLM, eval mode, on device
+    causal_lm: torch.nn.Module     # a transformers *ForCausalLM, eval mode, on device (or spread: devices)
     tokenizer: object              # a transformers PreTrainedTokenizerFast
     readout: str                   # one of READOUTS
-    device: torch.device
+    device: torch.device           # where inputs go: the embedding's device
     dtype: torch.dtype
     # Native JevAny prompts (pointer, lm_token): the five delimiter strings in
     # order state, question, option-open, option-close, decide.
@@ -31,6 +31,14 @@ class DecisionModel:
     temperature: float = 1.0
     multimodal: bool = False
     info: dict = field(default_factory=dict)     # extra facts for describe() (lora, checkpoint kind...)
+    # A model spread over GPUs by a device map: its final hidden states come out
+    # on output_device (the final norm's), not on device. None: device.
+    output_device: torch.device | None = None
+    devices: tuple[torch.device, ...] = ()       # every device holding weights; empty: (device,)
+
+    def __post_init__(self):
+        self.output_device = self.output_device or self.device
+        self.devices = tuple(self.devices) or (self.device,)
 
     @property
     def config(self):
@@ -51,10 +59,14 @@ class DecisionModel:
         return cfg.get_text_config() if hasattr(cfg, "get_text_config") else cfg
 
     @property
+    def layer_types(self) -> tuple[str, ...]:
+        """Each decoder layer's kind (full_attention, linear_attention...); empty when the config does not say."""
+        return tuple(getattr(self._text_config, "layer_types", None) or ())
+
+    @property
     def hybrid(self) -> bool:
         """True when some layers are not full attention (e.g. Qwen3.5 Gated DeltaNet)."""
-        types = getattr(self._text_config, "layer_types", None) or []
-        return any(t != "full_attention" for t in types)
+        return any(t != "full_attention" for t in self.layer_types)
 
     @property
     def context_window(self) -> int:

@@ -16,6 +16,7 @@ import torch
 
 from jevany_daemon.model.checkpoint import HEAD_FILE, Meta, ModelLoadError, read_meta, resolve_decision_tokens
 from jevany_daemon.model.decision_model import READOUTS, DecisionModel
+from jevany_daemon.model.placement import Placement, plan as plan_placement
 from jevany_daemon.model.pointer_head import PointerHead
 
 __all__ = ["ModelLoadError", "default_model_id", "load_model", "parse_device", "parse_dtype"]
@@ -85,8 +86,14 @@ def load_model(
     dtype: str = "fp32",
     model_id: str | None = None,
     temperature: float | None = None,
+    device_map: str | None = None,
+    max_memory_gib: float | None = None,
 ) -> DecisionModel:
-    """Load SOURCE (a local directory or an owner/name[@rev] hub id) as a DecisionModel."""
+    """Load SOURCE (a local directory or an owner/name[@rev] hub id) as a DecisionModel.
+
+    With device_map (placement.DEVICE_MAPS), Accelerate spreads the model over the GPUs in device
+    (cuda: every visible one), each taking at most max_memory_gib.
+    """
     source = str(source)
     if not source.strip():
         raise ModelLoadError("no model source given")
@@ -95,9 +102,10 @@ def load_model(
     if temperature is not None and not _valid_temperature(temperature):
         raise ModelLoadError(f"temperature must be a positive finite number, got {temperature!r}")
     torch_dtype = parse_dtype(dtype)
-    torch_device = parse_device(device)
+    placement = (plan_placement(device, device_map, max_memory_gib) if device_map is not None
+                 else Placement(parse_device(device)))
     kind, location, revision = _locate(source)
-    common = dict(source=source, model_id=model_id or default_model_id(source), device=torch_device,
+    common = dict(source=source, model_id=model_id or default_model_id(source), placement=placement,
                   dtype=torch_dtype, temperature=temperature)
     if kind == "checkpoint":
         return _load_checkpoint(Path(location), readout, **common)
@@ -173,17 +181,20 @@ def _tokenizer(source: str, location: str, revision: str | None = None):
     return _from_pretrained("the tokenizer", source, AutoTokenizer.from_pretrained, location, revision=revision)
 
 
-def _causal_lm(source: str, location: str, dtype: torch.dtype, revision: str | None = None):
+def _causal_lm(source: str, location: str, dtype: torch.dtype, revision: str | None = None,
+               placement: Placement | None = None):
     from transformers import AutoModelForCausalLM
 
     return _from_pretrained(
         "the model", source, AutoModelForCausalLM.from_pretrained, location,
         revision=revision, dtype=dtype, attn_implementation=ATTN_IMPLEMENTATION,
+        **(placement.from_pretrained_kwargs() if placement else {}),
     )
 
 
-def _freeze(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
-    module = module.to(device)
+def _freeze(module: torch.nn.Module, device: torch.device | None) -> torch.nn.Module:
+    if device is not None:     # None: a device map placed it, and moving it would undo that
+        module = module.to(device)
     module.eval()
     for param in module.parameters():
         param.requires_grad_(False)
@@ -206,23 +217,24 @@ def _attn_implementation(causal_lm) -> str | None:
     return getattr(causal_lm.config, "_attn_implementation", None)
 
 
-def _load_causal_lm(location, revision, readout, *, source, model_id, device, dtype, temperature):
+def _load_causal_lm(location, revision, readout, *, source, model_id, placement, dtype, temperature):
     if readout not in (None, "choice"):
         raise ModelLoadError(
             f"{source!r} is a plain causal LM (no {HEAD_FILE}); it supports only the choice readout, "
             f"not {readout!r}"
         )
     tokenizer = _tokenizer(source, location, revision)
-    causal_lm = _freeze(_causal_lm(source, location, dtype, revision), device)
+    causal_lm = _freeze(_causal_lm(source, location, dtype, revision, placement), placement.move_to)
     return DecisionModel(
         model_id=model_id, source=source, causal_lm=causal_lm, tokenizer=tokenizer, readout="choice",
-        device=device, dtype=dtype, temperature=1.0 if temperature is None else float(temperature),
+        **placement.settle(causal_lm, source), dtype=dtype,
+        temperature=1.0 if temperature is None else float(temperature),
         info={"kind": "causal-lm", "base": location, "revision": revision,
               "attn_implementation": _attn_implementation(causal_lm)},
     )
 
 
-def _load_checkpoint(run_dir: Path, readout, *, source, model_id, device, dtype, temperature):
+def _load_checkpoint(run_dir: Path, readout, *, source, model_id, placement, dtype, temperature):
     meta = read_meta(run_dir)
     _check_meta(meta, readout, temperature, source)
     base, base_revision = _resolve_base(meta, run_dir)
@@ -232,7 +244,7 @@ def _load_checkpoint(run_dir: Path, readout, *, source, model_id, device, dtype,
         tokenizer = _tokenizer(source, base, base_revision)
     decision_tokens = resolve_decision_tokens(tokenizer)
     verbalizer_ids = _verbalizer_ids(meta, tokenizer) if meta.decision_mode == "lm_token" else []
-    causal_lm = _causal_lm(source, base, torch.float32, base_revision)
+    causal_lm = _causal_lm(source, base, torch.float32, base_revision, placement)
     if len(tokenizer) > causal_lm.get_input_embeddings().num_embeddings:
         # Tokens JevAny added in training; their trained rows come with the adapter.
         causal_lm.resize_token_embeddings(len(tokenizer))
@@ -240,11 +252,15 @@ def _load_checkpoint(run_dir: Path, readout, *, source, model_id, device, dtype,
         _merge_adapter(causal_lm, run_dir, meta, source)
     if dtype != torch.float32:
         _cast_parameters(causal_lm, dtype)
-    causal_lm = _freeze(causal_lm, device)
-    head = _pointer_head(meta, causal_lm, device, source) if meta.decision_mode == "pointer" else None
+    causal_lm = _freeze(causal_lm, placement.move_to)
+    where = placement.settle(causal_lm, source)
+    # The head reads the final hidden states, so it lives where they come out.
+    head = None
+    if meta.decision_mode == "pointer":
+        head = _pointer_head(meta, causal_lm, where["output_device"], source)
     return DecisionModel(
         model_id=model_id, source=source, causal_lm=causal_lm, tokenizer=tokenizer,
-        readout=meta.decision_mode, device=device, dtype=dtype, decision_tokens=decision_tokens,
+        readout=meta.decision_mode, **where, dtype=dtype, decision_tokens=decision_tokens,
         head=head, verbalizer_ids=verbalizer_ids,
         temperature=float(meta.temperature if temperature is None else temperature),
         multimodal=meta.multimodal,

@@ -4,6 +4,7 @@ supervisor.py  the one loop: receive → admit → dispatch → reply, signals, 
 admission.py   the bounded request queue and deadlines
 pool.py        every worker process, by generation (serving, incoming during a reload, retiring)
 workers.py     one worker as the supervisor sees it: hand-over, heartbeat and batch deadlines, exit causes
+devices.py     device names, counting GPUs without torch, which GPUs each worker is shown
 worker.py      the worker process: load the model once, score what it is handed, heartbeat
 reload.py      load a new generation beside the serving one, switch, retire the old
 channel.py     the supervisor ↔ worker message shapes

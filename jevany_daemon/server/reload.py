@@ -73,7 +73,7 @@ class Reloads:
         self.last = {"reloaded": True, "model": model["id"], "generation": r.generation,
                      "workers": len(incoming), "seconds": round(sup.clock() - r.started, 3),
                      "needs_restart": r.needs_restart}
-        sup.metrics.describe_model(model)
+        sup.metrics.describe_model(sup.model_description())
         sup.metrics.reloads.labels("ok").inc()
         sup.notifier.ready(sup.status_line())
         event(log, "reload_done", generation=r.generation, model=model["id"], seconds=self.last["seconds"],

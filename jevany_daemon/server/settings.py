@@ -5,9 +5,11 @@ loading weights, so a typo costs milliseconds rather than a model load.
 No torch: the supervisor imports this.
 """
 import ipaddress
+import math
 import os
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
@@ -15,8 +17,11 @@ from jevany_client.endpoints import default_control_endpoint, default_endpoint
 
 from jevany_daemon.config import EngineConfig
 
+from . import devices as device_names
+
 READOUTS = ("choice", "pointer", "lm_token")
 DTYPES = ("fp32", "bf16", "fp16")
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")   # Accelerate's placement strategies
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 _ENDPOINT = re.compile(r"(ipc://.+|tcp://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.*-]+):\d{1,5})")
 _TCP_HOST = re.compile(r"tcp://\[?([^\]]*?)\]?:\d+")
@@ -24,7 +29,7 @@ _TCP_HOST = re.compile(r"tcp://\[?([^\]]*?)\]?:\d+")
 # What a reload may change: everything a worker is built from. The rest
 # (sockets, queue, keys, metrics) needs a restart, and a reload says so.
 RELOADABLE = ("model", "readout", "model_id", "device", "dtype", "workers", "cpu_threads",
-              "heartbeat_timeout", "batch_timeout", "engine")
+              "device_map", "max_memory_gib", "heartbeat_timeout", "batch_timeout", "engine")
 
 
 class SettingsError(ValueError):
@@ -37,6 +42,8 @@ class ServeSettings:
     readout: str | None = None        # None: the checkpoint's own, or choice for a plain causal LM
     model_id: str | None = None
     device: str = "cpu"               # one device, or a comma-separated list: one worker each
+    device_map: str | None = None     # one of DEVICE_MAPS: one worker spans every GPU in device
+    max_memory_gib: float | None = None   # per GPU, for the device map; None: what is free
     dtype: str = "fp32"
     workers: int | None = None        # None: one per listed device
     cpu_threads: int | None = None    # torch threads per CPU worker; None: the cores shared among CPU workers
@@ -66,15 +73,23 @@ class ServeSettings:
 
     @property
     def devices(self) -> tuple[str, ...]:
-        return tuple(d.strip() for d in self.device.split(","))
+        names = tuple(d.strip() for d in self.device.split(","))
+        if self.device_map is not None and names == ("cuda",):
+            return names      # every GPU the host shows, however many
+        return tuple(device_names.normalise(d) for d in names)
 
     @property
     def worker_count(self) -> int:
-        return self.workers if self.workers is not None else len(self.devices)
+        if self.workers is not None:
+            return self.workers
+        return 1 if self.device_map is not None else len(self.devices)
 
     def worker_devices(self) -> list[str]:
-        """The device of each worker: the list, repeated as often as --workers asks."""
+        """The device of each worker: the list, repeated as often as --workers asks; under a
+        device map, the whole list for the one worker that spans it."""
         devices = self.devices
+        if self.device_map is not None:
+            return [",".join(devices)] * self.worker_count
         return [devices[i % len(devices)] for i in range(self.worker_count)]
 
     @property
@@ -107,7 +122,7 @@ ENGINE_FIELDS = tuple(f.name for f in fields(EngineConfig))
 SERVE_FIELDS = tuple(f.name for f in fields(ServeSettings) if f.name != "engine")
 _INTS = {"max_queue", "max_message_bytes", "max_batch_size", "max_packed_tokens",
          "max_state_tokens", "max_branch_tokens", "workers", "cpu_threads", "metrics_port"}
-_FLOATS = {"max_padding_waste", "heartbeat_timeout", "batch_timeout"}
+_FLOATS = {"max_padding_waste", "heartbeat_timeout", "batch_timeout", "max_memory_gib"}
 _BOOLS = {"log_requests", "insecure"}
 
 
@@ -174,8 +189,12 @@ def _from_toml(path: Path) -> dict:
     return data
 
 
-def resolve(flags: dict, config_file: Path | None = None, env=os.environ) -> ServeSettings:
-    """Merge the sources (flags win) and validate. flags maps setting name → value or None (not given)."""
+def resolve(flags: dict, config_file: Path | None = None, env=os.environ,
+            cuda_count: Callable[[], int] = device_names.cuda_device_count) -> ServeSettings:
+    """Merge the sources (flags win) and validate. flags maps setting name → value or None (not given).
+
+    cuda_count is asked only when a CUDA device is named; tests give a fake host.
+    """
     merged: dict = {}
     if config_file is not None:
         merged.update(_from_toml(config_file))
@@ -186,13 +205,15 @@ def resolve(flags: dict, config_file: Path | None = None, env=os.environ) -> Ser
         settings = ServeSettings(**merged, engine=EngineConfig(**engine))
     except (TypeError, ValueError) as exc:
         raise SettingsError(str(exc)) from None
-    validate(settings)
+    validate(settings, cuda_count)
     return settings
 
 
-def validate(s: ServeSettings) -> None:
+def validate(s: ServeSettings, cuda_count: Callable[[], int] = device_names.cuda_device_count) -> None:
     _validate_model(s)
+    _validate_device_map(s)
     _validate_pool(s)
+    _validate_devices_exist(s, cuda_count)
     for name in ("max_queue", "max_message_bytes"):
         _positive_int(name, getattr(s, name))
     _validate_endpoints(s)
@@ -224,10 +245,11 @@ def _validate_pool(s: ServeSettings) -> None:
         if not _DEVICE.fullmatch(device):
             raise SettingsError(f"device must be cpu, cuda or cuda:N (or a comma-separated list), got {s.device!r}")
     if len(set(devices)) != len(devices):
-        raise SettingsError(f"device lists {s.device!r} twice; use --workers N for several workers on one device")
+        raise SettingsError(f"device {s.device!r} names one device twice (cuda is cuda:0); "
+                            "use --workers N for several workers on one device")
     if s.workers is not None:
         _positive_int("workers", s.workers)
-        if s.workers % len(devices):
+        if s.device_map is None and s.workers % len(devices):
             raise SettingsError(f"workers={s.workers} cannot be spread evenly over the {len(devices)} devices "
                                 f"{s.device!r}; give a multiple of {len(devices)}, or one device")
     if s.cpu_threads is not None:
@@ -236,6 +258,38 @@ def _validate_pool(s: ServeSettings) -> None:
         value = getattr(s, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise SettingsError(f"{name} must be a number of seconds > 0, got {value!r}")
+
+
+def _validate_device_map(s: ServeSettings) -> None:
+    if s.device_map is None:
+        if s.max_memory_gib is not None:
+            raise SettingsError("max_memory_gib caps each GPU of a worker that spans several; "
+                                "it needs device_map (--device-map auto)")
+        return
+    if s.device_map not in DEVICE_MAPS:
+        raise SettingsError(f"device_map must be one of {', '.join(DEVICE_MAPS)}, got {s.device_map!r}")
+    if "cpu" in s.devices:
+        raise SettingsError(f"device_map spreads one model over GPUs, and device {s.device!r} names the CPU; "
+                            "give --device cuda (every GPU) or a list such as cuda:0,cuda:1")
+    if s.workers not in (None, 1):
+        raise SettingsError(f"workers must be 1 with device_map: the one worker spans every GPU in device "
+                            f"{s.device!r}, and a second would need the same GPUs (got workers={s.workers})")
+    value = s.max_memory_gib
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                              or not math.isfinite(value) or value <= 0):
+        raise SettingsError(f"max_memory_gib must be a number of GiB > 0 (per GPU), got {value!r}")
+
+
+def _validate_devices_exist(s: ServeSettings, cuda_count: Callable[[], int]) -> None:
+    if not any(device_names.is_cuda(d) for d in s.devices):
+        return
+    try:
+        count = cuda_count()
+    except TimeoutError as exc:
+        raise SettingsError(f"device {s.device!r} cannot be checked: {exc}") from None
+    why = device_names.missing(list(s.devices), count)
+    if why:
+        raise SettingsError(f"device {why}")
 
 
 def _validate_endpoints(s: ServeSettings) -> None:

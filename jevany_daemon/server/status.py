@@ -76,13 +76,19 @@ def batching(sup) -> dict:
 
 
 def describe_model(sup) -> dict:
-    """The serving generation's model as its workers describe it, else what the settings say."""
-    model = next((w.model for w in sup.pool.serving() if w.model), None)
+    """The serving generation's model as its workers describe it, else what the settings say.
+
+    The device is named as the operator named it: a worker calls its GPU cuda:0 whichever it is.
+    """
+    serving = sup.pool.serving()
+    model = next((w.model for w in serving if w.model), None)
     if model is None:
         s = sup.settings
         return {"id": s.model_id or s.model or "tiny-demo", "source": s.model or "tiny-demo",
-                "readout": s.readout or "", "layout": s.engine.layout, "device": s.device, "dtype": s.dtype}
-    return {**model, "batching": batching(sup)}
+                "readout": s.readout or "", "layout": s.engine.layout, "device": ",".join(s.devices),
+                "dtype": s.dtype}
+    devices = ",".join(dict.fromkeys(w.device for w in serving))
+    return {**model, "device": devices, "batching": batching(sup)}
 
 
 def daemon_status(sup) -> dict:

@@ -398,15 +398,16 @@ class Supervisor:
 
     def on_worker_ready(self, worker: WorkerHandle, hello: dict) -> None:
         worker.model, worker.state, worker.ready_once = hello["model"], IDLE, True
+        worker.note_device_info(hello.get("device_info"))
         fields = {}
         if worker.replacing_since is not None:
             fields["replaced_in_s"] = round(self.clock() - worker.replacing_since, 3)
         event(log, "worker_ready", index=worker.slot, pid=hello["pid"], generation=worker.generation,
               model=worker.model["id"], readout=worker.model["readout"], layout=worker.model["layout"],
-              device=worker.model["device"], load_s=hello.get("load_s"), **fields)
+              device=worker.device, load_s=hello.get("load_s"), **fields)
         if self.state == "starting" and all(w.ready_once for w in self.pool.serving()):
             self.state = "ready"
-            self.metrics.describe_model(worker.model)
+            self.metrics.describe_model(self.model_description())
             event(log, "ready", workers=len(self.pool.serving()), model=worker.model["id"],
                   seconds=round(self.clock() - self.started, 3))
             self.notifier.ready(self.status_line())
@@ -426,7 +427,7 @@ class Supervisor:
             worker.state, worker.busy_since = IDLE, None
 
     def take_answers(self, worker: WorkerHandle, results: list, stats: dict, batches: list) -> None:
-        worker.stats = stats
+        worker.take_stats(stats)
         self.metrics.batches(batches)
         for tag, ok, payload in results:
             entry = worker.inflight.pop(tag, None)

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 
 from . import channel
 from .admission import Entry
+from .devices import worker_view
 from .sdnotify import worker_environment
 
 STARTING, IDLE, BUSY, STOPPING = "starting", "idle", "busy", "stopping"
@@ -19,7 +20,7 @@ class WorkerHandle:
     serial: int                # unique per process the supervisor starts
     generation: int            # which model load it belongs to; a reload starts the next
     proc: subprocess.Popen
-    device: str
+    device: str                # as the operator named it (cuda:1), though the worker calls it cuda:0
     heartbeat_timeout: float
     batch_timeout: float
     spawned_at: float
@@ -30,6 +31,7 @@ class WorkerHandle:
     requests: int = 0
     model: dict | None = None  # describe() from its hello
     stats: dict = field(default_factory=dict)       # its engine's batching statistics
+    device_info: dict | None = None   # the worker's own report: device name, memory used and total
     ready_once: bool = False
     last_seen: float = 0.0     # any message, heartbeats included
     busy_since: float | None = None
@@ -95,22 +97,40 @@ class WorkerHandle:
             return "could not load the model"
         return f"exit code {code}"
 
+    def take_stats(self, stats: dict) -> None:
+        """An EARLY or RESULTS message's statistics; a device report travels with them when the worker sends one."""
+        stats = dict(stats or {})
+        self.note_device_info(stats.pop("device_info", None))
+        self.stats = stats
+
+    def note_device_info(self, info) -> None:
+        if isinstance(info, dict):     # older workers send none: keep what we had
+            self.device_info = info
+
     def describe(self, role: str) -> dict:
         return {"index": self.slot, "pid": self.proc.pid, "device": self.device, "state": self.state,
                 "role": role, "generation": self.generation, "restarts": self.restarts,
-                "requests": self.requests, "inflight": len(self.inflight)}
+                "requests": self.requests, "inflight": len(self.inflight), "device_info": self.device_info}
 
 
 def spawn(slot: int, serial: int, generation: int, backend: str, settings: dict, now: float) -> WorkerHandle:
     worker = WorkerHandle(slot, serial, generation, None, settings["device"], settings["heartbeat_timeout"],
                           settings["batch_timeout"], spawned_at=now, last_seen=now)
-    worker.proc = subprocess.Popen(
-        [sys.executable, "-m", "jevany_daemon.server.worker", "--backend", backend,
-         "--identity", worker.identity.decode(), "--settings", json.dumps(settings)],
-        stdin=subprocess.DEVNULL, env=worker_environment(),
-    )
+    argv, worker_env = worker_launch(worker.identity.decode(), backend, settings)
+    worker.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=worker_env)
     worker.sentinel = _pidfd(worker.proc.pid)
     return worker
+
+
+def worker_launch(identity: str, backend: str, settings: dict, env=os.environ) -> tuple[list[str], dict]:
+    """The worker's command line and environment: it is shown only the GPUs it serves, by its own names."""
+    view = worker_view(settings["device"], env)
+    worker_env = worker_environment(env)
+    if view.cuda_visible is not None:
+        worker_env["CUDA_VISIBLE_DEVICES"] = view.cuda_visible
+    argv = [sys.executable, "-m", "jevany_daemon.server.worker", "--backend", backend, "--identity", identity,
+            "--settings", json.dumps({**settings, "device": view.device})]
+    return argv, worker_env
 
 
 def _pidfd(pid: int) -> int | None:

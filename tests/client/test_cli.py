@@ -31,7 +31,7 @@ def test_status_prints_a_readable_table(runner, daemon):
     assert "7 for 12 requests, mean size 1.71" in out
     assert "p50 1.2 ms" in out and "p99 9.5 ms" in out
     worker = next(line for line in out.splitlines() if str(daemon.process.pid + 1) in line)
-    assert worker.split() == [str(daemon.process.pid + 1), "cpu", "idle", "1", "12"]
+    assert worker.split() == [str(daemon.process.pid + 1), "idle", "1", "12", "0.5/16.0", "GiB", "cpu", "Fake", "CPU"]
     histogram = out.split("batch sizes")[1].splitlines()[1:]
     assert [line.split()[0] for line in histogram] == ["1", "2", "10"]  # numeric order
     assert [line.split()[-1] for line in histogram] == ["4", "1", "2"]
@@ -57,6 +57,25 @@ def test_format_status_tolerates_missing_fields():
     text = format_status({"state": "starting"})
     assert "state starting" in text
     assert "model      -" in text and "workers: none" in text
+
+
+def test_format_status_shows_each_workers_device_and_memory():
+    gib = 1 << 30
+    workers = [
+        {"pid": 11, "device": "cuda:1", "state": "idle", "restarts": 0, "requests": 5,
+         "device_info": {"name": "NVIDIA H200", "memory_used_bytes": int(12.3 * gib),
+                         "memory_total_bytes": int(139.8 * gib)}},
+        {"pid": 12, "device": "cpu", "state": "busy", "restarts": 1, "requests": 2},          # an older worker
+        {"pid": 13, "device": "cuda:0", "state": "idle", "device_info": {"name": None, "memory_used_bytes": "x",
+                                                                       "memory_total_bytes": 8 * gib}},
+        {"pid": 14, "device_info": "not a dict"},
+    ]
+    block = format_status({"state": "ready", "workers": workers}).split("workers (4)\n")[1].splitlines()
+    assert block[0].split() == ["PID", "STATE", "RESTARTS", "REQUESTS", "MEMORY", "DEVICE"]
+    assert block[1].split() == ["11", "idle", "0", "5", "12.3/139.8", "GiB", "cuda:1", "NVIDIA", "H200"]
+    assert block[2].split() == ["12", "busy", "1", "2", "-", "cpu"]
+    assert block[3].split() == ["13", "idle", "-", "-", "-/8.0", "GiB", "cuda:0"]
+    assert block[4].split() == ["14", "-", "-", "-", "-", "-"]
 
 
 def test_ping_and_models(runner, daemon):

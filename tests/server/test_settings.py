@@ -1,7 +1,20 @@
-"""Settings precedence and validation (no processes)."""
+"""Settings precedence and validation (no processes, but for the real command line's exit codes)."""
+import os
+import subprocess
+import sys
+
 import pytest
 
 from jevany_daemon.server.settings import SettingsError, resolve
+
+
+def gpus(n: int):
+    """A fake host with n CUDA devices, for resolve(cuda_count=...)."""
+    return lambda: n
+
+
+def no_probe():
+    raise AssertionError("CUDA devices were counted though none was named")
 
 
 def test_flag_beats_env_beats_file_beats_default(tmp_path):
@@ -55,8 +68,9 @@ def test_bad_config_files(tmp_path):
 def test_workers_and_devices():
     assert resolve({}, None, env={}).worker_devices() == ["cpu"]
     assert resolve({"workers": 2}, None, env={}).worker_devices() == ["cpu", "cpu"]
-    assert resolve({"device": "cuda:0,cuda:1"}, None, env={}).worker_devices() == ["cuda:0", "cuda:1"]
-    four = resolve({}, None, env={"JEVANY_DEVICE": "cuda:0, cuda:1", "JEVANY_WORKERS": "4"})
+    assert resolve({"device": "cuda:0,cuda:1"}, None, env={}, cuda_count=gpus(2)).worker_devices() == [
+        "cuda:0", "cuda:1"]
+    four = resolve({}, None, env={"JEVANY_DEVICE": "cuda:0, cuda:1", "JEVANY_WORKERS": "4"}, cuda_count=gpus(2))
     assert four.worker_devices() == ["cuda:0", "cuda:1", "cuda:0", "cuda:1"]
     assert four.worker_settings("cuda:1")["device"] == "cuda:1"
     assert four.worker_settings("cuda:1")["cpu_threads"] is None
@@ -73,7 +87,7 @@ def test_cpu_threads(monkeypatch):
 def test_device_lists_in_toml_and_socket_modes(tmp_path):
     toml = tmp_path / "jevany.toml"
     toml.write_text('device = ["cuda:0", "cuda:1"]\nsocket_mode = 0o660\n')
-    s = resolve({}, toml, env={})
+    s = resolve({}, toml, env={}, cuda_count=gpus(2))
     assert s.devices == ("cuda:0", "cuda:1") and s.socket_mode == 0o660
     assert resolve({}, None, env={"JEVANY_SOCKET_MODE": "0640"}).socket_mode == 0o640
 
@@ -84,7 +98,7 @@ def test_device_lists_in_toml_and_socket_modes(tmp_path):
     ({}, {"JEVANY_CPU_THREADS": "all"}, "JEVANY_CPU_THREADS"),
     ({}, {"JEVANY_WORKERS": "two"}, "JEVANY_WORKERS"),
     ({"workers": 3, "device": "cuda:0,cuda:1"}, {}, "cannot be spread evenly over the 2 devices"),
-    ({"device": "cuda:0,cuda:0"}, {}, "twice; use --workers"),
+    ({"device": "cuda:0,cuda:0"}, {}, "twice .*; use --workers"),
     ({"device": "cuda:0,gpu"}, {}, "device must be cpu, cuda or cuda:N"),
     ({"heartbeat_timeout": 0.0}, {}, "heartbeat_timeout must be a number of seconds > 0"),
     ({}, {"JEVANY_BATCH_TIMEOUT": "-1"}, "batch_timeout must be a number of seconds > 0"),
@@ -121,3 +135,122 @@ def test_a_reload_takes_the_model_settings_and_lists_the_rest():
     taken, needs_restart = running.with_reloaded(fresh)
     assert (taken.model, taken.worker_count, taken.engine.max_batch_size) == ("/m/b", 2, 8)
     assert taken.max_queue == 10 and needs_restart == ["max_queue"]
+
+
+# --- devices ------------------------------------------------------------------------------
+
+def test_cuda_is_cuda_0_so_a_list_cannot_name_it_twice():
+    s = resolve({"device": "cuda"}, None, env={}, cuda_count=gpus(1))
+    assert s.devices == ("cuda:0",) and s.worker_devices() == ["cuda:0"]
+    assert s.worker_settings("cuda:0")["device"] == "cuda:0"
+    assert resolve({"device": " cuda , cuda:1"}, None, env={}, cuda_count=gpus(2)).devices == ("cuda:0", "cuda:1")
+    with pytest.raises(SettingsError, match=r"device 'cuda,cuda:0' names one device twice \(cuda is cuda:0\)"):
+        resolve({"device": "cuda,cuda:0"}, None, env={}, cuda_count=gpus(2))
+
+
+def test_cpu_never_counts_gpus():
+    assert resolve({}, None, env={}, cuda_count=no_probe).devices == ("cpu",)
+    assert resolve({"workers": 2}, None, env={}, cuda_count=no_probe).worker_devices() == ["cpu", "cpu"]
+
+
+@pytest.mark.parametrize("device,count,message", [
+    ("cuda", 0, "device 'cuda:0' needs a CUDA device, but none is visible here"),
+    ("cuda:1", 0, "device 'cuda:1' needs a CUDA device"),
+    ("cuda:2", 2, r"device 'cuda:2' does not exist: this host has 2 CUDA device\(s\), cuda:0..cuda:1"),
+    ("cuda:0,cuda:1", 1, r"device 'cuda:1' does not exist: this host has 1 CUDA device\(s\), cuda:0$"),
+])
+def test_gpus_the_host_lacks_are_settings_errors(device, count, message):
+    with pytest.raises(SettingsError, match=message):
+        resolve({"device": device}, None, env={}, cuda_count=gpus(count))
+
+
+def test_a_driver_that_does_not_answer_is_a_settings_error():
+    def hung():
+        raise TimeoutError("the NVIDIA driver did not say how many GPUs there are within 60s")
+
+    with pytest.raises(SettingsError, match="device 'cuda:1' cannot be checked: the NVIDIA driver did not say"):
+        resolve({"device": "cuda:1"}, None, env={}, cuda_count=hung)
+
+
+def test_device_map_settings_from_every_source(tmp_path):
+    toml = tmp_path / "jevany.toml"
+    toml.write_text('device = ["cuda:0", "cuda:1"]\ndevice_map = "balanced"\nmax_memory_gib = 40\n')
+    from_file = resolve({}, toml, env={}, cuda_count=gpus(2))
+    assert (from_file.device_map, from_file.max_memory_gib) == ("balanced", 40)
+    env = {"JEVANY_DEVICE": "cuda:0,cuda:1", "JEVANY_DEVICE_MAP": "sequential", "JEVANY_MAX_MEMORY_GIB": "70.5"}
+    from_env = resolve({}, toml, env=env, cuda_count=gpus(2))
+    assert (from_env.device_map, from_env.max_memory_gib) == ("sequential", 70.5)
+    from_flags = resolve({"device_map": "auto", "max_memory_gib": 12.0}, toml, env=env, cuda_count=gpus(2))
+    assert (from_flags.device_map, from_flags.max_memory_gib) == ("auto", 12.0)
+    plain = resolve({}, None, env={})
+    assert plain.device_map is None and plain.max_memory_gib is None
+
+
+def test_a_device_map_is_one_worker_over_every_listed_gpu():
+    two = resolve({"device": "cuda:0,cuda:1", "device_map": "auto", "max_memory_gib": 60.0}, None, env={},
+                  cuda_count=gpus(4))
+    assert two.worker_count == 1 and two.worker_devices() == ["cuda:0,cuda:1"]
+    told = two.worker_settings("cuda:0,cuda:1")
+    assert (told["device"], told["device_map"], told["max_memory_gib"], told["cpu_threads"]) == (
+        "cuda:0,cuda:1", "auto", 60.0, None)
+    every = resolve({"device": "cuda", "device_map": "balanced_low_0", "workers": 1}, None, env={},
+                    cuda_count=gpus(8))
+    assert every.devices == ("cuda",) and every.worker_devices() == ["cuda"]   # all GPUs, not just cuda:0
+
+
+@pytest.mark.parametrize("flags,env,message", [
+    ({"device": "cuda", "device_map": "everywhere"}, {},
+     "device_map must be one of auto, balanced, balanced_low_0, sequential, got 'everywhere'"),
+    ({"device_map": "auto"}, {}, "device_map spreads one model over GPUs, and device 'cpu' names the CPU"),
+    ({"device": "cuda:0,cpu", "device_map": "auto"}, {}, "names the CPU"),
+    ({"device": "cuda:0,cuda:1", "device_map": "auto", "workers": 2}, {},
+     "workers must be 1 with device_map: the one worker spans every GPU in device 'cuda:0,cuda:1'"),
+    ({"device": "cuda:0,cuda:1", "device_map": "auto", "workers": 3}, {}, "workers must be 1 with device_map"),
+    ({"device": "cuda", "max_memory_gib": 40.0}, {}, "max_memory_gib .* needs device_map"),
+    ({"device": "cuda", "device_map": "auto", "max_memory_gib": 0.0}, {}, "max_memory_gib must be a number of GiB > 0"),
+    ({"device": "cuda", "device_map": "auto"}, {"JEVANY_MAX_MEMORY_GIB": "-3"}, "max_memory_gib must be a number"),
+    ({"device": "cuda", "device_map": "auto"}, {"JEVANY_MAX_MEMORY_GIB": "nan"}, "max_memory_gib must be a number"),
+    ({"device": "cuda", "device_map": "auto"}, {"JEVANY_MAX_MEMORY_GIB": "lots"}, "JEVANY_MAX_MEMORY_GIB"),
+    ({"device": "cuda:0,cuda:2", "device_map": "auto"}, {}, "device 'cuda:2' does not exist"),
+])
+def test_invalid_device_map_settings(flags, env, message):
+    with pytest.raises(SettingsError, match=message):
+        resolve(flags, None, env=env, cuda_count=gpus(2))
+
+
+def test_a_device_map_in_toml_must_be_a_name(tmp_path):
+    toml = tmp_path / "jevany.toml"
+    toml.write_text('device = "cuda"\ndevice_map = 1\n')
+    with pytest.raises(SettingsError, match="device_map must be one of"):
+        resolve({}, toml, env={}, cuda_count=gpus(1))
+    toml.write_text('device = "cuda"\ndevice_map = "auto"\nmax_memory_gib = true\n')
+    with pytest.raises(SettingsError, match="max_memory_gib must be a number"):
+        resolve({}, toml, env={}, cuda_count=gpus(1))
+
+
+def test_a_reload_may_change_the_device_map():
+    running = resolve({"device": "cuda:0,cuda:1"}, None, env={}, cuda_count=gpus(2))
+    fresh = resolve({"device": "cuda:0,cuda:1", "device_map": "auto", "max_memory_gib": 30.0}, None, env={},
+                    cuda_count=gpus(2))
+    taken, needs_restart = running.with_reloaded(fresh)
+    assert (taken.device_map, taken.max_memory_gib, taken.worker_count) == ("auto", 30.0, 1)
+    assert needs_restart == []
+
+
+def serve(*args, env=None):
+    return subprocess.run([sys.executable, "-m", "jevany_daemon", "serve", *args], capture_output=True,
+                          text=True, timeout=120, env={**os.environ, **(env or {})})
+
+
+def test_serve_on_cuda_without_cuda_exits_2_naming_the_setting(tmp_path):
+    # CUDA_VISIBLE_DEVICES="" hides any GPU, so the real driver probe answers 0 on every host.
+    proc = serve("--model", str(tmp_path), "--device", "cuda", env={"CUDA_VISIBLE_DEVICES": ""})
+    assert proc.returncode == 2, proc.stderr
+    assert "error: device 'cuda:0' needs a CUDA device, but none is visible here" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_serve_refuses_a_device_map_on_the_cpu_with_exit_2(tmp_path):
+    proc = serve("--model", str(tmp_path), "--device-map", "auto", "--max-memory-gib", "8")
+    assert proc.returncode == 2, proc.stderr
+    assert "error: device_map spreads one model over GPUs" in proc.stderr

@@ -1,11 +1,13 @@
-"""When a worker counts as hung, and how its exit is told (no processes: an injected clock)."""
+"""When a worker counts as hung, how its exit is told, what it is shown of the GPUs and what it reports
+(no processes: an injected clock, a fake Popen)."""
+import json
 import signal
 from types import SimpleNamespace
 
 import pytest
 
-from jevany_daemon.server import channel
-from jevany_daemon.server.workers import BUSY, IDLE, STARTING, STOPPING, WorkerHandle
+from jevany_daemon.server import channel, workers
+from jevany_daemon.server.workers import BUSY, IDLE, STARTING, STOPPING, WorkerHandle, worker_launch
 
 
 def handle(state=IDLE, ready=True, returncode=None, **kw) -> WorkerHandle:
@@ -52,3 +54,83 @@ def test_exit_causes(returncode, kill_cause, told):
 def test_heartbeats_fit_several_times_in_the_timeout():
     assert channel.heartbeat_interval(10.0) == 1.0
     assert channel.heartbeat_interval(1.0) == 0.25
+
+
+# --- devices: what a worker is shown, and what it reports --------------------------------
+
+def launched_settings(argv: list[str]) -> dict:
+    return json.loads(argv[argv.index("--settings") + 1])
+
+
+def test_a_gpu_worker_is_shown_only_its_gpu_and_calls_it_cuda_0():
+    settings = {"device": "cuda:1", "heartbeat_timeout": 10.0, "batch_timeout": 120.0, "model": "/m"}
+    env = {"CUDA_VISIBLE_DEVICES": "2,3", "NOTIFY_SOCKET": "/run/systemd/notify", "HOME": "/home/j"}
+    argv, worker_env = worker_launch("w0.1", "ipc:///tmp/b", settings, env)
+    assert worker_env == {"CUDA_VISIBLE_DEVICES": "3", "HOME": "/home/j"}     # systemd's variables stay ours
+    assert launched_settings(argv) == {**settings, "device": "cuda:0"}
+    assert argv[argv.index("--identity") + 1] == "w0.1" and argv[argv.index("--backend") + 1] == "ipc:///tmp/b"
+
+
+def test_a_device_map_worker_is_shown_every_gpu_of_its_list():
+    settings = {"device": "cuda:1,cuda:3", "device_map": "auto", "heartbeat_timeout": 10.0, "batch_timeout": 1.0}
+    argv, worker_env = worker_launch("w0.1", "ipc:///tmp/b", settings, {})
+    assert worker_env["CUDA_VISIBLE_DEVICES"] == "1,3"
+    assert launched_settings(argv)["device"] == "cuda:0,cuda:1"
+    argv, worker_env = worker_launch("w0.1", "ipc:///tmp/b", {**settings, "device": "cuda"},
+                                     {"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b"})
+    assert worker_env["CUDA_VISIBLE_DEVICES"] == "GPU-a,GPU-b" and launched_settings(argv)["device"] == "cuda"
+
+
+def test_a_cpu_worker_sees_no_gpu():
+    argv, worker_env = worker_launch("w0.1", "ipc:///tmp/b", {"device": "cpu"}, {"CUDA_VISIBLE_DEVICES": "0"})
+    assert worker_env["CUDA_VISIBLE_DEVICES"] == "" and launched_settings(argv)["device"] == "cpu"
+
+
+def test_spawn_keeps_the_operators_name_for_the_device(monkeypatch):
+    started = []
+
+    def popen(argv, **kwargs):
+        started.append((argv, kwargs["env"]))
+        return SimpleNamespace(pid=4242, returncode=None, poll=lambda: None)
+
+    monkeypatch.setattr(workers.subprocess, "Popen", popen)
+    monkeypatch.setattr(workers, "_pidfd", lambda pid: None)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,7")
+    worker = workers.spawn(0, 1, 0, "ipc:///tmp/b", {"device": "cuda:1", "heartbeat_timeout": 10.0,
+                                                     "batch_timeout": 120.0}, now=0.0)
+    [(argv, env)] = started
+    assert env["CUDA_VISIBLE_DEVICES"] == "7" and launched_settings(argv)["device"] == "cuda:0"
+    assert worker.device == "cuda:1" and worker.describe("serving")["device"] == "cuda:1"
+
+
+H200 = {"name": "NVIDIA H200", "memory_used_bytes": 12 << 30, "memory_total_bytes": 140 << 30}
+
+
+def test_the_device_report_rides_with_hello_and_results():
+    worker = handle()
+    assert worker.describe("serving")["device_info"] is None              # nothing heard yet
+    worker.note_device_info(H200)
+    stats = {"batches": 3, "requests": 7, "device_info": {**H200, "memory_used_bytes": 20 << 30}}
+    worker.take_stats(stats)
+    assert worker.stats == {"batches": 3, "requests": 7}                   # statistics stay statistics
+    assert worker.describe("serving")["device_info"]["memory_used_bytes"] == 20 << 30
+    worker.take_stats({"batches": 4, "requests": 9})                      # an older worker sends none
+    worker.note_device_info(None)
+    assert worker.describe("serving")["device_info"]["memory_used_bytes"] == 20 << 30
+    assert stats["device_info"]["name"] == "NVIDIA H200"                  # the message itself is left alone
+
+
+def test_the_supervisor_stores_what_workers_report():
+    from jevany_daemon.server.settings import ServeSettings
+    from jevany_daemon.server.supervisor import Supervisor
+
+    sup = Supervisor(ServeSettings(), env={})
+    worker = handle(state=STARTING, ready=False)
+    sup.pool = SimpleNamespace(serving=lambda: [worker], workers=[worker], gone_stats={})
+    model = {"id": "tiny", "source": "/m", "readout": "pointer", "layout": "packed", "device": "cuda:0",
+             "dtype": "fp32"}
+    sup.on_worker_ready(worker, {"pid": 4242, "model": model, "device_info": H200})
+    assert worker.device_info == H200 and sup.state == "ready"
+    assert sup.model_description()["device"] == "cpu"       # the operator's name, not the worker's own
+    sup.take_answers(worker, [], {"batches": 1, "device_info": {**H200, "memory_used_bytes": 1}}, [])
+    assert worker.device_info["memory_used_bytes"] == 1 and worker.stats == {"batches": 1}
