@@ -28,7 +28,10 @@ from jevany_daemon.config import EngineConfig, default_padding_waste
 from jevany_daemon.model.decision_model import DecisionModel
 
 from .batching import BatchLimits, GroupCommit, Pending, drain, take_batch
+from .faults import (DeviceLost, NonFiniteError, check_finite, is_device_lost, is_out_of_memory,
+                     release_cached_memory)
 from .layouts import PACKED_PROVEN, SHARED_PROVEN, PackedLayout, RowsLayout, SharedLayout
+from .masks import per_layer_type
 from .policy import BatchPolicy
 from .prompts import ChoiceEncoder, Encoded, Limits, NativeEncoder
 from .readouts import make_readout
@@ -61,6 +64,7 @@ class BatchStats:
     padded_tokens: int = 0
     real_tokens: int = 0
     retried_alone: int = 0
+    non_finite: int = 0      # passes whose probabilities were not all finite (failed, then retried alone)
     busy_s: float = 0.0      # time spent in forward passes; over wall time, how saturated the model is
     histogram: Counter = field(default_factory=Counter)
 
@@ -81,6 +85,7 @@ class BatchStats:
             "padded_tokens": self.padded_tokens,
             "padding_waste": 1 - self.real_tokens / self.padded_tokens if self.padded_tokens else 0.0,
             "retried_alone": self.retried_alone,
+            "non_finite": self.non_finite,
             "busy_s": round(self.busy_s, 4),
         }
 
@@ -123,11 +128,11 @@ class Engine:
             waste = default_padding_waste(model.device.type)
         self.batch_limits = BatchLimits(config.max_batch_size, config.max_packed_tokens, waste)
         self.alone_limits = replace(self.batch_limits, max_size=1)
-        self.policy = BatchPolicy(adaptive=config.batch_policy == "adaptive")
-        self.stats = BatchStats()
+        self.reset_statistics()
         self.pad_id = _pad_id(model.tokenizer)
         self._tokenizer_lock = threading.Lock()   # fast tokenizers are not safe to share across threads
         self._commit = GroupCommit(self._take, self._run_pending)
+        self.lost: DeviceLost | None = None    # set once the device failed beyond recovery
 
     # --- admit -----------------------------------------------------------
 
@@ -203,10 +208,24 @@ class Engine:
             p.outcome, p.done = outcome, True
 
     def run_batch(self, batch: list[Admitted]) -> list[dict | JevanyError]:
-        """One forward pass; if it fails, each request again alone so the error stays with its cause."""
+        """One forward pass; if it fails, each request again alone so the error stays with its cause.
+
+        A device that can run no more passes raises DeviceLost instead, now and
+        on every later call: no request caused it, and none can be scored here.
+        """
+        if self.lost is not None:
+            raise self.lost
         try:
             return self._forward(batch)
         except Exception as exc:   # noqa: BLE001 - any failure becomes a typed per-request error
+            if is_device_lost(exc):
+                self.lost = exc if isinstance(exc, DeviceLost) else DeviceLost(
+                    f"the device cannot run passes any more: {type(exc).__name__}: {exc}")
+                raise self.lost from exc
+            if isinstance(exc, NonFiniteError):
+                self.stats.non_finite += 1
+            if is_out_of_memory(exc):
+                release_cached_memory()
             if len(batch) == 1:
                 return [_as_jevany_error(exc)]
         self.stats.retried_alone += len(batch)
@@ -218,14 +237,16 @@ class Engine:
         real = sum(self.layout.real_tokens(e) for e in encs)
         width = max(self.layout.shape(e).width for e in encs)
         counts = [q.n_options for a in batch for q in a.request.questions]
+        plan = self.readout.plan(counts, model.output_device)
         _sync(model.device)   # latency is the forward pass alone, between device syncs
         started = time.perf_counter()
         ok, padded = False, 0
         try:
             with torch.inference_mode():
                 gathered, padded = self.layout.forward(self._backbone, encs, self.pad_id, model.device, model.dtype)
-                probs = self.readout.probabilities(gathered, counts)
+                probs = self.readout.probabilities(gathered, plan)
             _sync(model.device)
+            check_finite(probs)    # CUDA kernels can return NaN where the CPU's return zeros
             ok = True
         finally:
             seconds = time.perf_counter() - started
@@ -243,12 +264,14 @@ class Engine:
             at += n
         return results
 
-    def _backbone(self, *, return_cache: bool = False, cache=None, **inputs):
+    def _backbone(self, *, attention_mask, padding_mask=None, return_cache: bool = False, cache=None, **inputs):
         """The decoder: final hidden states, or (return_cache) the cache a later pass continues from."""
+        if attention_mask.dim() == 4:
+            attention_mask = per_layer_type(self.model.layer_types, attention_mask, padding_mask)
         if cache is not None:
             inputs["cache"] = cache
-        out = self.model.backbone(**inputs, use_cache=return_cache)
-        return out.past_key_values if return_cache else out.last_hidden_state
+        out = self.model.backbone(**inputs, attention_mask=attention_mask, use_cache=return_cache)
+        return out.cache if return_cache else out.last_hidden_state
 
     def _result(self, admitted: Admitted, probs, latency_ms, size, padded) -> dict:
         answers = {q.qid: shape_answer(q, p) for q, p in zip(admitted.request.questions, probs)}
@@ -264,6 +287,11 @@ class Engine:
         # JevAny's accounting: the JSON of the answers, default separators, ASCII escaping.
         with self._tokenizer_lock:
             return len(self.model.tokenizer(json.dumps(answers), add_special_tokens=False)["input_ids"])
+
+    def reset_statistics(self) -> None:
+        """Forget every pass so far (warm-up), for statistics and the batch policy alike."""
+        self.stats = BatchStats()
+        self.policy = BatchPolicy(adaptive=self.config.batch_policy == "adaptive")
 
     # --- describe --------------------------------------------------------
 
@@ -317,4 +345,6 @@ def _sync(device: torch.device) -> None:
 def _as_jevany_error(exc: Exception) -> JevanyError:
     if isinstance(exc, JevanyError):
         return exc
+    if isinstance(exc, NonFiniteError):
+        return InternalError(str(exc))
     return InternalError(f"scoring failed: {type(exc).__name__}: {exc}")

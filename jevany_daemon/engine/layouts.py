@@ -15,12 +15,18 @@ the first real token leaves a recurrent state at zero), fill a cache; the
 cache is replicated once per question, and the branches, right-padded,
 continue from it. The state runs once even on hybrid recurrent models, where
 packing is impossible.
+
+No layout builds a query row that may attend to no key: CUDA turns such a
+row into NaN, which spreads into real tokens (masks.py). Right padding never
+does (a padded query sees the real tokens before it); left padding and
+packing give padded positions their own diagonal.
 """
 from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 import torch
 
+from .masks import block_causal_mask, padded_causal_mask
 from .prompts import Encoded
 
 # Architectures whose layouts a test proves equal to rows
@@ -29,6 +35,7 @@ PACKED_PROVEN = frozenset({"qwen3"})
 SHARED_PROVEN = frozenset({"qwen3", "qwen3_5_text"})
 
 # Runs the decoder: keyword arguments in, final hidden states [N, L, d] out.
+# A 4D attention_mask comes with padding_mask, the 2D mask recurrent layers read.
 Backbone = Callable[..., torch.Tensor]
 
 
@@ -39,7 +46,8 @@ class Shape(NamedTuple):
 
 
 def _gather(hidden: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    return hidden.reshape(-1, hidden.shape[-1]).index_select(0, index)
+    # A model spread over GPUs returns its states on the last one, not where the inputs went.
+    return hidden.reshape(-1, hidden.shape[-1]).index_select(0, index.to(hidden.device, non_blocking=True))
 
 
 @dataclass
@@ -47,6 +55,7 @@ class ForwardInputs:
     input_ids: torch.Tensor
     attention_mask: torch.Tensor
     position_ids: torch.Tensor | None
+    padding_mask: torch.Tensor | None   # [N, L] 0/1, given beside a 4D attention_mask
     gather: torch.Tensor          # flat indices into [N*L] of every readout position, request by request
     padded_tokens: int
 
@@ -56,7 +65,7 @@ class _OnePass:
         """→ (hidden states at every readout position, padded tokens allocated)."""
         inputs = self.build(encs, pad_id, device, dtype)
         hidden = backbone(input_ids=inputs.input_ids, attention_mask=inputs.attention_mask,
-                          position_ids=inputs.position_ids)
+                          position_ids=inputs.position_ids, padding_mask=inputs.padding_mask)
         return _gather(hidden, inputs.gather), inputs.padded_tokens
 
 
@@ -86,7 +95,7 @@ class RowsLayout(_OnePass):
                 gather += [r * width + len(e.prefix) + p for p in b.readout]
                 r += 1
         return ForwardInputs(
-            ids.to(device), mask.to(device), None,
+            ids.to(device), mask.to(device), None, None,
             torch.tensor(gather, device=device), len(rows) * width,
         )
 
@@ -122,23 +131,11 @@ class PackedLayout(_OnePass):
                 pos[i, start:end] = torch.arange(p, p + len(b.tokens))   # every branch restarts after the prefix
                 gather += [i * width + start + r for r in b.readout]
                 start = end
+        seg = seg.to(device)
         return ForwardInputs(
-            ids.to(device), block_causal_mask(seg.to(device), dtype), pos.to(device),
+            ids.to(device), block_causal_mask(seg, dtype), pos.to(device), (seg >= 0).long(),
             torch.tensor(gather, device=device), n * width,
         )
-
-
-def block_causal_mask(seg: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Additive [B,1,L,L] mask: i sees j iff j <= i and j is prefix or in i's own branch."""
-    width = seg.shape[1]
-    idx = torch.arange(width, device=seg.device)
-    causal = idx[None, :] <= idx[:, None]
-    key, query = seg[:, None, :], seg[:, :, None]
-    allowed = causal & (key >= 0) & ((key == 0) | (key == query))
-    allowed |= torch.eye(width, dtype=torch.bool, device=seg.device)   # keeps padded queries finite
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=seg.device)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
-    return mask[:, None]
 
 
 class SharedLayout:
@@ -155,28 +152,38 @@ class SharedLayout:
     def forward(self, backbone: Backbone, encs: list[Encoded], pad_id: int, device, dtype):
         if all(len(e.branches) == 1 for e in encs):
             return RowsLayout().forward(backbone, encs, pad_id, device, dtype)   # nothing to share
-        prefix_ids, prefix_mask, prefix_pos = self._prefixes(encs, pad_id)
-        cache = backbone(input_ids=prefix_ids.to(device), attention_mask=prefix_mask.to(device),
-                         position_ids=prefix_pos.to(device), return_cache=True)
-        owners = [i for i, e in enumerate(encs) for _ in e.branches]
-        cache.reorder_cache(torch.tensor(owners, device=device))    # one copy of its state per question
-        rows = [(e, b) for e in encs for b in e.branches]
-        width = max(len(b.tokens) for _, b in rows)
+        # Both passes' inputs go to the device before the first runs: a copy queued
+        # behind a pass would wait for it.
+        prefixes = self._prefixes(encs, pad_id)
+        owners, branches = self._branches(encs, pad_id, prefixes[1])
+        prefix_ids, prefix_mask, prefix_pos, owners, ids, mask, pos, gather = (
+            t.to(device) for t in (*prefixes, owners, *branches))
+        # Left padding: a padded query has no real key before it, so it keeps its diagonal.
+        cache = backbone(input_ids=prefix_ids, attention_mask=padded_causal_mask(prefix_mask, dtype),
+                         padding_mask=prefix_mask, position_ids=prefix_pos, return_cache=True)
+        cache.reorder_cache(owners)    # one copy of its request's state per question
+        hidden = backbone(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache)
+        return _gather(hidden, gather), prefix_ids.numel() + ids.numel()
+
+    @staticmethod
+    def _branches(encs: list[Encoded], pad_id: int, prefix_mask: torch.Tensor):
+        """(owner request of each row, (ids, mask over prefix + branch, positions, gather)), right-padded."""
+        rows = [(i, e, b) for i, e in enumerate(encs) for b in e.branches]
+        width = max(len(b.tokens) for _, _, b in rows)
+        prefix_width = prefix_mask.shape[1]
         ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
         pos = torch.zeros((len(rows), width), dtype=torch.long)
-        mask = torch.zeros((len(rows), prefix_ids.shape[1] + width), dtype=torch.long)
+        mask = torch.zeros((len(rows), prefix_width + width), dtype=torch.long)
         gather = []
-        for r, ((e, b), owner) in enumerate(zip(rows, owners)):
+        for r, (owner, e, b) in enumerate(rows):
             n, p = len(b.tokens), len(e.prefix)
             ids[r, :n] = torch.tensor(b.tokens)
             pos[r, :n] = torch.arange(p, p + n)
-            mask[r, : prefix_ids.shape[1]] = prefix_mask[owner]
-            mask[r, prefix_ids.shape[1]: prefix_ids.shape[1] + n] = 1
+            mask[r, :prefix_width] = prefix_mask[owner]
+            mask[r, prefix_width: prefix_width + n] = 1
             gather += [r * width + i for i in b.readout]
-        hidden = backbone(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=pos.to(device),
-                          cache=cache)
-        padded = prefix_ids.numel() + ids.numel()
-        return _gather(hidden, torch.tensor(gather, device=device)), padded
+        owners = torch.tensor([owner for owner, _, _ in rows])
+        return owners, (ids, mask, pos, torch.tensor(gather))
 
     @staticmethod
     def _prefixes(encs: list[Encoded], pad_id: int):

@@ -3,7 +3,14 @@
 Every readout receives only the hidden states at the positions it reads
 (the layouts gather them), and projects onto the few vocabulary rows it
 needs, never the whole vocabulary at every position.
+
+On a GPU every host-device exchange in the middle of a pass waits for the
+kernels queued before it. So a readout builds its index tensors from the
+option counts before the pass (``plan``), and a pass's probabilities reach
+the host in one copy, however many questions it holds.
 """
+from dataclasses import dataclass
+
 import torch
 
 from jevany_daemon.model.decision_model import DecisionModel
@@ -16,19 +23,45 @@ def make_readout(model: DecisionModel):
     return kinds[model.readout](model)
 
 
-def _split_softmax(logits: torch.Tensor, counts: list[int], temperature: float) -> list[list[float]]:
+@dataclass(frozen=True)
+class Plan:
+    """Where each question's options sit, as index tensors on the model's device."""
+    counts: list[int]              # options per question, in order
+    width: int                     # columns of the [questions, width] grid the softmax runs on
+    cells: torch.Tensor            # flat grid position of every option, question by question
+    decide: torch.Tensor | None = None    # pointer: rows of the gathered states holding DECIDE
+    options: torch.Tensor | None = None   # pointer: rows holding each option's close token
+    owners: torch.Tensor | None = None    # pointer: the question of each option
+
+
+def _cells(counts: list[int], width: int) -> list[int]:
+    return [q * width + j for q, k in enumerate(counts) for j in range(k)]
+
+
+def _softmax_to_host(logits: torch.Tensor, plan: Plan, temperature: float) -> list[list[float]]:
+    """Softmax per question over [sum(counts)] logits, on the device; then the pass's one copy to the host."""
     if temperature != 1.0:
         logits = logits / temperature
-    return [chunk.softmax(-1).tolist() for chunk in logits.split(counts)]
+    grid = logits.new_full((len(plan.counts) * plan.width,), float("-inf"))
+    grid.index_copy_(0, plan.cells, logits)
+    probs = grid.view(len(plan.counts), plan.width).softmax(-1).view(-1).index_select(0, plan.cells)
+    flat = probs.tolist()
+    out, at = [], 0
+    for k in plan.counts:
+        out.append(flat[at: at + k])
+        at += k
+    return out
 
 
 def _label_rows(model: DecisionModel, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor | None]:
     """fp32 copies of the output-projection rows (and bias) for the given token ids."""
     head = model.causal_lm.get_output_embeddings() or model.causal_lm.get_input_embeddings()
     index = torch.tensor(ids, device=head.weight.device)
-    weight = head.weight.detach().index_select(0, index).float()
+    # On the device the decoder's states come out on (the head may sit with the embedding).
+    out = model.output_device
+    weight = head.weight.detach().index_select(0, index).float().to(out)
     bias = getattr(head, "bias", None)
-    return weight, None if bias is None else bias.detach().index_select(0, index).float()
+    return weight, None if bias is None else bias.detach().index_select(0, index).float().to(out)
 
 
 class PointerReadout:
@@ -38,28 +71,36 @@ class PointerReadout:
         self.head, self.temperature = model.head, model.temperature
         self.max_options = model.max_options
 
-    def probabilities(self, hidden: torch.Tensor, counts: list[int]) -> list[list[float]]:
-        offsets, decide_rows, option_rows = 0, [], []
-        for k in counts:
-            decide_rows.append(offsets)
-            option_rows.extend(range(offsets + 1, offsets + 1 + k))
-            offsets += 1 + k
-        dev = hidden.device
-        logits = self.head(
-            hidden[torch.tensor(decide_rows, device=dev)],
-            hidden[torch.tensor(option_rows, device=dev)],
-            torch.tensor(counts, device=dev),
-        )
-        return _split_softmax(logits, counts, self.temperature)
+    def plan(self, counts: list[int], device) -> Plan:
+        # The gathered states come question by question: DECIDE, then its options.
+        decide, options, owners, at = [], [], [], 0
+        for q, k in enumerate(counts):
+            decide.append(at)
+            options.extend(range(at + 1, at + 1 + k))
+            owners.extend([q] * k)
+            at += 1 + k
+        width = max(counts)
+        return Plan(counts, width, *(torch.tensor(x, device=device)
+                                     for x in (_cells(counts, width), decide, options, owners)))
+
+    def probabilities(self, hidden: torch.Tensor, plan: Plan) -> list[list[float]]:
+        logits = self.head(hidden.index_select(0, plan.decide), hidden.index_select(0, plan.options),
+                           plan.owners)
+        return _softmax_to_host(logits, plan, self.temperature)
 
 
 class _LabelReadout:
     """Shared by lm_token and choice-token: read one state per question, project onto label rows."""
 
-    def probabilities(self, hidden: torch.Tensor, counts: list[int]) -> list[list[float]]:
+    labels: int    # label columns label_logits returns
+
+    def plan(self, counts: list[int], device) -> Plan:
+        # The grid is the label scores themselves: question q's option j is column j of row q.
+        return Plan(counts, self.labels, torch.tensor(_cells(counts, self.labels), device=device))
+
+    def probabilities(self, hidden: torch.Tensor, plan: Plan) -> list[list[float]]:
         scores = self.label_logits(hidden.float())
-        picked = torch.cat([scores[i, :k] for i, k in enumerate(counts)])
-        return _split_softmax(picked, counts, self.temperature)
+        return _softmax_to_host(scores.reshape(-1).index_select(0, plan.cells), plan, self.temperature)
 
 
 class TokenReadout(_LabelReadout):
@@ -68,7 +109,8 @@ class TokenReadout(_LabelReadout):
     def __init__(self, model: DecisionModel):
         self.temperature = model.temperature
         self.weight, self.bias = _label_rows(model, model.verbalizer_ids)
-        self.max_options = min(model.max_options, len(model.verbalizer_ids))
+        self.labels = len(model.verbalizer_ids)
+        self.max_options = min(model.max_options, self.labels)
 
     def label_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         z = hidden @ self.weight.T
@@ -90,6 +132,7 @@ class ChoiceReadout(_LabelReadout):
             usable += 1
         if usable < 2:
             raise ValueError("tokenizer has no single-token option IDs A and B; the choice readout cannot run")
+        self.labels = usable
         self.max_options = min(model.max_options, usable)
         groups = [aliases[c] for c in CHOICE_IDS[:usable]]
         flat = [t for g in groups for t in g]
@@ -101,7 +144,8 @@ class ChoiceReadout(_LabelReadout):
         for i, g in enumerate(groups):
             index[i, : len(g)] = torch.arange(at, at + len(g))
             at += len(g)
-        self.index = index.to(self.weight.device)
+        index = index.to(self.weight.device)
+        self.alias_rows, self.no_alias = index.clamp(min=0), index < 0
         self.softcap = getattr(model._text_config, "final_logit_softcapping", None)
 
     def label_logits(self, hidden: torch.Tensor) -> torch.Tensor:
@@ -110,8 +154,7 @@ class ChoiceReadout(_LabelReadout):
             z = z + self.bias
         if self.softcap:
             z = self.softcap * torch.tanh(z / self.softcap)
-        grouped = z[:, self.index.clamp(min=0)]
-        grouped = grouped.masked_fill(self.index < 0, float("-inf"))
+        grouped = z[:, self.alias_rows].masked_fill(self.no_alias, float("-inf"))
         return grouped.logsumexp(-1)
 
 

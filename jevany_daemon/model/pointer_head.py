@@ -23,14 +23,14 @@ class PointerHead(nn.Module):
                 nn.Linear(head_dim, residual_dim), nn.GELU(), nn.Linear(residual_dim, 1)
             )
 
-    def forward(self, decide: torch.Tensor, options: torch.Tensor, counts: torch.Tensor) -> torch.Tensor:
+    def forward(self, decide: torch.Tensor, options: torch.Tensor, owners: torch.Tensor) -> torch.Tensor:
         """Score many questions at once.
 
-        decide: [Q, d], one DECIDE state per question; options: [sum(counts), d],
-        the option-close states question by question; counts: [Q] options per
-        question. Returns [sum(counts)] logits. Hidden states are cast to fp32.
+        decide: [Q, d], one DECIDE state per question; options: [K, d], the
+        option-close states question by question; owners: [K], the question
+        of each option. Returns [K] logits. Hidden states are cast to fp32.
         """
-        q = self.q(decide.float()).repeat_interleave(counts, dim=0)
+        q = self.q(decide.float()).index_select(0, owners)
         k = self.k(options.float())
         logits = (k * q).sum(-1) / math.sqrt(self.head_dim)
         if self.residual is not None:

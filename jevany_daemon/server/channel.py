@@ -22,6 +22,9 @@ HELLO, EARLY, RESULTS, FAILED, HEARTBEAT, BATCH, STOP = (
 # A worker that fails to load its model exits with this, so the supervisor
 # stops with the worker's message instead of restarting it in a loop.
 EXIT_LOAD_FAILED = 3
+# A worker whose device failed beyond recovery (a CUDA error other than out of
+# memory) exits with this; it is replaced like any worker that died.
+EXIT_DEVICE_LOST = 4
 
 HEARTBEAT_MAX_INTERVAL_S = 1.0
 HEARTBEAT_SUFFIX = b"/hb"     # the heartbeat socket's identity: the worker's plus this

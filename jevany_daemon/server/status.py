@@ -41,11 +41,12 @@ def _percentile(ordered: list, q: float) -> float:
 def merge_batching(per_worker: list[dict], max_batch_size: int, max_packed_tokens: int) -> dict:
     """Sum the engines' batching statistics across workers."""
     histogram: Counter = Counter()
-    batches = requests = 0
+    batches = requests = non_finite = 0
     busy_s = 0.0
     for stats in per_worker:
         batches += stats.get("batches", 0)
         requests += stats.get("requests", 0)
+        non_finite += stats.get("non_finite", 0)
         busy_s += stats.get("busy_s", 0.0)
         histogram.update({k: v for k, v in stats.get("batch_size_histogram", {}).items()})
     return {
@@ -56,6 +57,7 @@ def merge_batching(per_worker: list[dict], max_batch_size: int, max_packed_token
         "mean_batch_size": round(requests / batches, 3) if batches else 0.0,
         "batch_size_histogram": dict(sorted(histogram.items(), key=lambda kv: int(kv[0]))),
         "busy_s": round(busy_s, 3),
+        "non_finite": non_finite,
     }
 
 
@@ -64,6 +66,7 @@ def add_stats(total: dict, stats: dict) -> None:
     total["batches"] = total.get("batches", 0) + stats.get("batches", 0)
     total["requests"] = total.get("requests", 0) + stats.get("requests", 0)
     total["busy_s"] = total.get("busy_s", 0.0) + stats.get("busy_s", 0.0)
+    total["non_finite"] = total.get("non_finite", 0) + stats.get("non_finite", 0)
     histogram = Counter(total.get("batch_size_histogram", {}))
     histogram.update(stats.get("batch_size_histogram", {}))
     total["batch_size_histogram"] = dict(histogram)

@@ -23,6 +23,7 @@ from jevany_client.errors import InternalError, JevanyError
 from jevany_client.protocol import decode_request
 
 from jevany_daemon.config import EngineConfig
+from jevany_daemon.engine.faults import DeviceLost
 
 from . import channel
 from .logs import configure_logging, event
@@ -58,6 +59,7 @@ def load_engine(settings: dict, observer=None):
     from transformers.utils import logging as hf_logging
 
     from jevany_daemon.engine.engine import Engine
+    from jevany_daemon.engine.warmup import warm_up
     from jevany_daemon.model.loading import load_model
 
     hf_logging.disable_progress_bar()   # progress bars are noise in a service log
@@ -72,8 +74,14 @@ def load_engine(settings: dict, observer=None):
         event(log, "demo_model", path=source,
               note="no --model given: serving a tiny model with RANDOM weights; its answers mean nothing")
     model = load_model(source, readout=settings["readout"], device=settings["device"],
-                       dtype=settings["dtype"], model_id=settings["model_id"])
-    return Engine(model, EngineConfig(**settings["engine"]), observer=observer)
+                       dtype=settings["dtype"], model_id=settings["model_id"],
+                       device_map=settings.get("device_map"), max_memory_gib=settings.get("max_memory_gib"))
+    engine = Engine(model, EngineConfig(**settings["engine"]), observer=observer)
+    started = time.monotonic()
+    paths = warm_up(engine)
+    event(log, "warm_up", device=str(model.device), paths=",".join(paths),
+          seconds=round(time.monotonic() - started, 3))
+    return engine
 
 
 def score(engine, items: list, early=None) -> list:
@@ -139,27 +147,42 @@ class Heartbeat(threading.Thread):
             sock.close()
 
 
-def serve(sock, engine, batches: list) -> None:
+def serve(sock, engine, batches: list) -> int:
+    """Score hand-overs until told to stop; returns the process's exit code."""
     parent = os.getppid()
     while True:
         if not sock.poll(PARENT_CHECK_MS):
             if os.getppid() != parent:
                 event(log, "worker_exit", cause="supervisor gone")
-                return
+                return 0
             continue
         kind, *args = channel.decode(sock.recv())
         if kind == channel.STOP:
-            return
+            return 0
         if kind == channel.BATCH:
             early = partial(send_answers, sock, engine, batches, channel.EARLY)
-            send_answers(sock, engine, batches, channel.RESULTS, score(engine, args[0], early=early))
+            try:
+                answers = score(engine, args[0], early=early)
+            except DeviceLost as exc:
+                # The CUDA context is unusable: exit, so the supervisor answers what this
+                # worker held with worker_lost and starts a fresh process on a fresh context.
+                event(log, "worker_device_lost", level=logging.ERROR, error=str(exc))
+                return channel.EXIT_DEVICE_LOST
+            send_answers(sock, engine, batches, channel.RESULTS, answers)
 
 
 def send_answers(sock, engine, batches: list, kind: str, answers: list) -> None:
     """EARLY or RESULTS, with the statistics and the passes run since the last message."""
     records = [[r.size, r.padded_tokens, r.real_tokens, r.latency_ms, r.ok] for r in batches]
     batches.clear()
-    sock.send(channel.encode(kind, answers, engine.stats.as_dict(), records))
+    stats = engine.stats.as_dict() | {"device_info": device_info(engine)}
+    sock.send(channel.encode(kind, answers, stats, records))
+
+
+def device_info(engine) -> dict:
+    from jevany_daemon.model.devices import devices_report    # torch: imported once the model is
+
+    return devices_report(engine.model.devices)
 
 
 def main(argv=None) -> int:
@@ -190,19 +213,20 @@ def main(argv=None) -> int:
         sock.close()
         ctx.term()
         return channel.EXIT_LOAD_FAILED
+    batches.clear()    # the warm-up's passes are not traffic
     heartbeat = Heartbeat(ctx, args.backend, args.identity.encode(),
                           channel.heartbeat_interval(settings["heartbeat_timeout"]))
     heartbeat.start()
     sock.send(channel.encode(channel.HELLO, {"pid": os.getpid(), "model": engine.describe(),
-                                             "load_s": round(time.monotonic() - started, 3)}))
+                                             "load_s": round(time.monotonic() - started, 3),
+                                             "device_info": device_info(engine)}))
     try:
-        serve(sock, engine, batches)
+        return serve(sock, engine, batches)
     finally:
         heartbeat.stopped.set()
         heartbeat.join()
         sock.close()
         ctx.term()
-    return 0
 
 
 def exit_now(code: int) -> None:

@@ -95,6 +95,8 @@ class WorkerHandle:
                 return f"killed by signal {-code}"
         if code == channel.EXIT_LOAD_FAILED:
             return "could not load the model"
+        if code == channel.EXIT_DEVICE_LOST:
+            return "device error: its CUDA context cannot be used again"
         return f"exit code {code}"
 
     def take_stats(self, stats: dict) -> None:

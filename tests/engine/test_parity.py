@@ -65,3 +65,27 @@ def test_layout_choice(make_engine):
     assert make_engine("qwen3_5", "choice").layout.name == "shared"
     assert make_engine("qwen3", "choice").layout.name == "packed"
     assert make_engine("qwen3", "choice", layout="rows").layout.name == "rows"
+
+
+def _result(**questions):
+    return {"answers": {qid: {"type": "noul", "probabilities": dict(zip(("false", "true"), ps))}
+                        for qid, ps in questions.items()}}
+
+
+def test_compare_fails_on_a_nan_wherever_it_sits():
+    # Python's max() keeps the first value when comparing with NaN: max([0.0, nan, 1e-9]) is 1e-9
+    reference = [_result(a=(0.5, 0.5), b=(0.2, 0.8), c=(0.1, 0.9))]
+    other = [_result(a=(0.5, 0.5), b=(float("nan"), 0.8), c=(0.1, 0.9 + 1e-9))]
+    report = compare(reference, other)
+    assert not report["max_abs_diff"] <= TOLERANCE
+    assert report["non_finite"] == 1
+
+
+def test_compare_fails_on_a_question_or_option_only_one_side_has():
+    reference = [_result(a=(0.5, 0.5))]
+    extra_question = [_result(a=(0.5, 0.5), z=(0.3, 0.7))]
+    report = compare(reference, extra_question)
+    assert report["mismatched"] == [(0, "z")] and not report["max_abs_diff"] <= TOLERANCE
+    extra_option = [{"answers": {"a": {"type": "noul", "probabilities": {"false": 0.5, "true": 0.5, "x": 0.0}}}}]
+    assert compare(reference, extra_option)["mismatched"] == [(0, "a")]
+    assert compare(reference, reference)["max_abs_diff"] == 0.0

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 import zmq
 
 from jevany_daemon import workloads
-from jevany_daemon.parity import compare
+from jevany_daemon.parity import compare, worst
 
 from .harness import latency_summary, pack, status, stop_processes, unpack
 
@@ -168,7 +168,7 @@ class _Client:
         if outcome == "ok":
             diff = compare([self.expected[index]], [reply["result"]])
             self.report.compared += 1
-            self.report.max_abs_diff = max(self.report.max_abs_diff, diff["max_abs_diff"])
+            self.report.max_abs_diff = worst([self.report.max_abs_diff, diff["max_abs_diff"]])
             self.report.decisions_changed += len(diff["decisions_changed"])
 
     def drop_socket(self) -> None:
@@ -283,7 +283,7 @@ def summarize(plan: LoadPlan, reports: list, elapsed: float, before: dict, after
         "latency_all": latency_summary(every),
         "latency_ok": latency_summary([s for r in reports for s in r["ok_latencies"]]),
         "parity": {"compared": sum(r["compared"] for r in reports),
-                   "max_abs_diff": max((r["max_abs_diff"] for r in reports), default=0.0),
+                   "max_abs_diff": worst(r["max_abs_diff"] for r in reports),
                    "decisions_changed": sum(r["decisions_changed"] for r in reports)},
         "daemon_counted": _counted(after) - _counted(before) - 1,   # less the `before` status call
         "batching": {"batches": batching["batches"] - before["batching"]["batches"],

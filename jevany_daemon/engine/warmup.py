@@ -1,0 +1,56 @@
+"""Warm-up: score small requests through every path the engine will use, before serving.
+
+On a GPU the first pass pays for lazy initialisation (the CUDA context,
+cuBLAS handles, kernel selection), and a kernel that cannot run on this
+device fails on first use. Warming up moves both to load time: the first
+user request costs what every later one does, and a model that cannot score
+here stops its worker with a clear message instead of failing every request.
+"""
+from jevany_client.errors import JevanyError
+
+from .engine import Admitted, Engine
+
+# One question takes the layouts' single-branch path; two questions the
+# shared-state path (the shared layout's prefix pass and cache continuation).
+_ONE = {"state": {"warm": "up"}, "questions": {"go": {"type": "noul"}}}
+_TWO = {"state": {"warm": "up", "n": 2},
+        "questions": {"pick": {"type": "choice", "criteria": {"left": None, "right": None}},
+                      "rate": {"type": "score", "criteria": ["low", "high"]}}}
+
+
+class WarmUpError(RuntimeError):
+    """The model cannot score on this device; the message says why."""
+
+
+def warm_up(engine: Engine) -> list[str]:
+    """Run every path once; return the paths run. Raises WarmUpError if one fails.
+
+    A request the configured limits refuse is left out (no user request of
+    its shape could reach that path either); a request that fails while
+    scoring is the model or device failing, and stops the load.
+    """
+    admitted = []
+    for body in (_ONE, _TWO):
+        try:
+            admitted.append(engine.admit(body))
+        except JevanyError:
+            continue
+    paths = []
+    for a in admitted:
+        _run(engine, [a])
+        paths.append(f"{len(a.request.questions)} question(s) alone")
+    if len(admitted) > 1 and engine.config.max_batch_size > 1:
+        _run(engine, admitted)
+        paths.append("batched")
+    engine.reset_statistics()    # warm-up passes are neither traffic nor a fair speed sample
+    return paths
+
+
+def _run(engine: Engine, batch: list[Admitted]) -> None:
+    """One pass of exactly this batch; a batched pass that fell back to scoring alone counts as failed."""
+    for outcome in engine.run_batch(batch):
+        if isinstance(outcome, JevanyError):
+            raise WarmUpError(f"warm-up scoring failed on {engine.model.device}: {outcome.message}")
+        if outcome["batch"]["size"] != len(batch):
+            raise WarmUpError(f"warm-up: a batched pass failed on {engine.model.device}; "
+                              "its requests only scored alone")

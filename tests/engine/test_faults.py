@@ -1,0 +1,154 @@
+"""Failed passes: non-finite output, out-of-memory, and a device that is gone for good."""
+import math
+
+import pytest
+import torch
+
+from jevany_client.errors import InternalError
+from jevany_daemon import workloads
+from jevany_daemon.engine.faults import DeviceLost, is_device_lost, is_out_of_memory
+
+REQUESTS = workloads.mixed(6, seed=3, max_words=12)
+
+
+def _engine(make_engine):
+    # packed: one row per request, so a decoder call's batch size is the number of requests
+    return make_engine("qwen3", "choice", layout="packed", max_batch_size=len(REQUESTS), max_padding_waste=1.0,
+                       batch_policy="greedy", max_packed_tokens=1 << 16)
+
+
+def _inject(engine, fault):
+    """Run fault(inputs, hidden) on every decoder call: it may raise, or return altered hidden states."""
+    real = engine._backbone
+    calls = []
+
+    def backbone(**inputs):
+        calls.append(inputs["input_ids"].shape[0])
+        return fault(inputs, real(**inputs))
+
+    engine._backbone = backbone
+    return calls
+
+
+def _finite(outcomes) -> bool:
+    return all(math.isfinite(p) for r in outcomes if isinstance(r, dict)
+               for a in r["answers"].values() for p in a["probabilities"].values())
+
+
+def test_a_non_finite_batch_is_rescored_alone(make_engine):
+    engine = _engine(make_engine)
+    expected = [engine.score([engine.admit(b)])[0] for b in REQUESTS]
+
+    def nan_when_batched(inputs, hidden):
+        return hidden * float("nan") if inputs["input_ids"].shape[0] > 1 else hidden
+
+    _inject(engine, nan_when_batched)
+    results = engine.score([engine.admit(b) for b in REQUESTS])
+    assert all(isinstance(r, dict) and r["batch"]["size"] == 1 for r in results)
+    assert [r["answers"] for r in results] == [r["answers"] for r in expected]
+    assert engine.stats.non_finite == 1 and engine.stats.retried_alone == len(REQUESTS)
+
+
+def test_a_request_still_non_finite_alone_gets_internal(make_engine):
+    engine = _engine(make_engine)
+    _inject(engine, lambda inputs, hidden: hidden.masked_fill(torch.ones_like(hidden, dtype=torch.bool), math.inf))
+    results = engine.score([engine.admit(b) for b in REQUESTS])
+    assert all(isinstance(r, InternalError) for r in results)
+    assert all("non-finite" in r.message for r in results)
+    assert engine.stats.non_finite == 1 + len(REQUESTS)
+
+
+def test_out_of_memory_rescores_alone_and_empties_the_cache(make_engine, monkeypatch):
+    engine = _engine(make_engine)
+    expected = [engine.score([engine.admit(b)])[0] for b in REQUESTS]
+    emptied = []
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: emptied.append(1))
+
+    def oom_when_batched(inputs, hidden):
+        if inputs["input_ids"].shape[0] > 1:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return hidden
+
+    _inject(engine, oom_when_batched)
+    results = engine.score([engine.admit(b) for b in REQUESTS])
+    assert [r["answers"] for r in results] == [r["answers"] for r in expected]
+    assert emptied and engine.lost is None
+    # the worker keeps serving
+    assert isinstance(engine.score([engine.admit(REQUESTS[0])])[0], dict)
+
+
+@pytest.mark.parametrize("error", [
+    torch.AcceleratorError("CUDA error: an illegal memory access was encountered"),
+    RuntimeError("CUDA error: device-side assert triggered"),
+    RuntimeError("CUBLAS_STATUS_EXECUTION_FAILED when calling `cublasSgemm( handle, opa, opb, m, n, k, ...)`"),
+])
+def test_a_poisoned_device_ends_scoring_for_good(make_engine, error):
+    engine = _engine(make_engine)
+
+    def poisoned(inputs, hidden):
+        raise error
+
+    calls = _inject(engine, poisoned)
+    with pytest.raises(DeviceLost, match="cannot run passes any more"):
+        engine.score([engine.admit(b) for b in REQUESTS])
+    assert calls == [len(REQUESTS)]                  # no request was blamed and retried alone
+    with pytest.raises(DeviceLost):
+        engine.score([engine.admit(REQUESTS[0])])
+    assert calls == [len(REQUESTS)]                  # and nothing runs on that device again
+
+
+def test_in_process_callers_see_the_lost_device(make_engine):
+    engine = _engine(make_engine)
+
+    def poisoned(inputs, hidden):
+        raise torch.AcceleratorError("CUDA error: unspecified launch failure")
+
+    _inject(engine, poisoned)
+    with pytest.raises(DeviceLost):
+        engine.decide(REQUESTS[0])
+    with pytest.raises(DeviceLost):
+        engine.decide(REQUESTS[1])
+
+
+@pytest.mark.parametrize("error,lost,oom", [
+    (torch.OutOfMemoryError("CUDA out of memory."), False, True),
+    (RuntimeError("CUDA error: out of memory"), False, True),
+    (torch.AcceleratorError("CUDA error: misaligned address"), True, False),
+    (RuntimeError("cuDNN error: CUDNN_STATUS_EXECUTION_FAILED"), True, False),
+    (ValueError("CUDA error in a caller's text"), False, False),
+    (RuntimeError("shape mismatch"), False, False),
+])
+def test_which_errors_end_a_worker(error, lost, oom):
+    assert is_device_lost(error) is lost
+    assert is_out_of_memory(error) is oom
+
+
+def test_one_device_to_host_copy_per_pass(make_engine, monkeypatch):
+    """A .tolist() per question would stall a GPU once per question; the readout copies once a pass."""
+    engine = make_engine("qwen3", "pointer", layout="packed", max_batch_size=len(REQUESTS), max_padding_waste=1.0,
+                         batch_policy="greedy", max_packed_tokens=1 << 16)
+    copies, inside = [], []
+    for name in ("tolist", "item", "cpu", "numpy"):
+        real = getattr(torch.Tensor, name)
+
+        def counted(self, *args, _real=real, _name=name, **kwargs):
+            if inside:
+                copies.append(_name)
+            return _real(self, *args, **kwargs)
+
+        monkeypatch.setattr(torch.Tensor, name, counted)
+    probabilities = engine.readout.probabilities
+
+    def watched(*args):
+        inside.append(1)
+        try:
+            return probabilities(*args)
+        finally:
+            inside.clear()
+
+    engine.readout.probabilities = watched
+    results = engine.score([engine.admit(b) for b in REQUESTS])
+    questions = sum(len(r["answers"]) for r in results)
+    assert engine.stats.batches == 1 and questions > 1
+    assert copies == ["tolist"]
+    assert _finite(results)
