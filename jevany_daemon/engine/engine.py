@@ -307,6 +307,7 @@ class Engine:
             "dtype": DTYPE_NAMES.get(m.dtype, str(m.dtype)),
             "cpu_threads": torch.get_num_threads() if m.device.type == "cpu" else None,
             "context_window": m.context_window,
+            "linear_attention": m.info.get("linear_attention"),   # which kernels, on hybrid models
             "max_options": self.readout.max_options,
             "limits": {
                 "max_state_tokens": self.limits.state,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import torch
 
+from jevany_daemon.model import kernels
 from jevany_daemon.model.checkpoint import HEAD_FILE, Meta, ModelLoadError, read_meta, resolve_decision_tokens
 from jevany_daemon.model.decision_model import READOUTS, DecisionModel
 from jevany_daemon.model.placement import Placement, plan as plan_placement
@@ -108,8 +109,12 @@ def load_model(
     common = dict(source=source, model_id=model_id or default_model_id(source), placement=placement,
                   dtype=torch_dtype, temperature=temperature)
     if kind == "checkpoint":
-        return _load_checkpoint(Path(location), readout, **common)
-    return _load_causal_lm(location, revision, readout, **common)
+        model = _load_checkpoint(Path(location), readout, **common)
+    else:
+        model = _load_causal_lm(location, revision, readout, **common)
+    paths = kernels.prepare(model.causal_lm, model.dtype, model.device)
+    model.info["linear_attention"] = kernels.describe(paths)
+    return model
 
 
 # -- where the weights are -------------------------------------------------------------------

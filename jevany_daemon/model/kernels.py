@@ -1,0 +1,99 @@
+"""Which kernels run a hybrid model's linear-attention (Gated DeltaNet) layers.
+
+transformers binds each linear-attention function once, when its modeling
+module is imported: to flash-linear-attention's (fla) Triton kernels
+whenever that package imports, else to its reference PyTorch code (and to
+causal-conv1d's kernel for the short convolution, likewise). fla's kernels
+refuse FP32 inputs, so with fla installed an FP32 model would fail its first
+pass. At load, an FP32 model's process gets a dispatch in front of fla: FP32
+inputs take the PyTorch path, anything else still takes fla. Per call, not
+per process, so a BF16 model beside it keeps the fast kernels.
+
+On a CPU host transformers advises installing those packages on first use;
+they need CUDA, so the advice is noise there and is filtered out.
+"""
+import inspect
+import logging
+import sys
+
+import torch
+
+# The delta-rule functions fla may serve, as the modeling modules name them.
+PREFILL_RULE = "torch_chunk_gated_delta_rule"
+DELTA_RULES = (PREFILL_RULE, "torch_recurrent_gated_delta_rule")
+CONVOLUTIONS = ("causal_conv1d_fn", "causal_conv1d_update")
+TORCH = "torch"
+_ADVICE_LOGGER = "transformers.integrations.hub_kernels"
+_ADVICE = "falling back to its reference PyTorch implementation"
+
+
+def prepare(causal_lm, dtype: torch.dtype, device: torch.device) -> dict[str, str] | None:
+    """Make the linear-attention path safe for dtype; {function: what serves it}, or None without such layers."""
+    module = _modeling_module(causal_lm)
+    if module is None:
+        return None
+    if device.type == "cpu":
+        _quiet_kernel_advice()
+    if dtype == torch.float32:
+        for name in DELTA_RULES:
+            fn = getattr(module, name, None)
+            if fn is not None and serving(fn) != TORCH and not getattr(fn, "fp32_on_torch", False):
+                setattr(module, name, _fp32_on_torch(fn))
+    return {name: serving(getattr(module, name)) for name in DELTA_RULES + CONVOLUTIONS if hasattr(module, name)}
+
+
+def describe(paths: dict[str, str] | None) -> str | None:
+    """What runs a prefill's delta rule, for the log and the models op: torch, fla, or fla (fp32 on torch).
+
+    (The recurrent rule serves one-token decoding, which a decision model never does.)
+    """
+    return paths.get(PREFILL_RULE) if paths else None
+
+
+def serving(fn) -> str:
+    """The package behind one of transformers' kernel-or-fallback functions ("torch" for its own code)."""
+    if getattr(fn, "fp32_on_torch", False):
+        return f"{serving(fn.fast)} (fp32 on {TORCH})"
+    try:
+        found = inspect.getclosurevars(fn).nonlocals
+    except (TypeError, ValueError):
+        return TORCH
+    if found.get("is_new_implementation"):
+        return str(found.get("package") or "kernel")
+    return TORCH
+
+
+def _modeling_module(causal_lm):
+    for layer in causal_lm.modules():
+        attn = getattr(layer, "linear_attn", None)
+        if attn is not None:
+            return sys.modules[type(attn).__module__]
+    return None
+
+
+def _fp32_on_torch(fast):
+    """fast, except that FP32 inputs go to the reference PyTorch function it wraps."""
+    reference = inspect.unwrap(fast)
+    accepted = set(inspect.signature(reference).parameters)
+    takes_any = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(reference).parameters.values())
+
+    def dispatch(query, *args, **kwargs):
+        if query.dtype != torch.float32:
+            return fast(query, *args, **kwargs)
+        if not takes_any:
+            kwargs = {k: v for k, v in kwargs.items() if k in accepted}
+        return reference(query, *args, **kwargs)
+
+    dispatch.fp32_on_torch, dispatch.fast = True, fast
+    return dispatch
+
+
+class _DropKernelAdvice(logging.Filter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return _ADVICE not in record.getMessage()
+
+
+def _quiet_kernel_advice() -> None:
+    logger = logging.getLogger(_ADVICE_LOGGER)
+    if not any(isinstance(f, _DropKernelAdvice) for f in logger.filters):
+        logger.addFilter(_DropKernelAdvice())
