@@ -1,0 +1,597 @@
+"""The GPU check: is the GPU path correct, and does batching pay on it? One command, one JSON.
+
+    scripts/gpu-check                        # on a CUDA host: 0.8B-shaped models, sized for 8 min on one H200
+    scripts/gpu-check --cpu --shape tiny     # what CI runs (under 2 min on 2 cores): the same code, small
+
+Models: random weights of Qwen3.5-0.8B's layer shape (--shape 0.8b) or the
+tiny test shape, built on the spot into a temporary directory; nothing is
+downloaded. qwen3_5 (hybrid, Gated DeltaNet) carries the rows and shared
+layouts; packed is proven only for attention-only qwen3, so a qwen3 of the
+same shape carries the packed cases.
+
+Phases, in order:
+  parity      every readout (choice, pointer, lm_token) x every proven layout x fp32 and bf16,
+              in-process: the same requests batched (max_batch_size --batch) vs one at a time;
+              max and mean |dp|, decisions changed, and every probability of both runs
+              checked finite (math.isfinite), plus CUDA peak memory per case
+  speed       per dtype, two real daemons (max_batch_size --batch and 1) on the default readout
+              (choice, qwen3_5, default layout and batch policy), --clients client processes
+              (jevany-client only) sending --requests requests closed-loop; rounds alternate
+              which daemon goes first and the batched/serial ratio is the median of the
+              per-round ratios, because a shared machine's speed drifts
+  idle        concurrency 1, blocks interleaved: in-process vs each daemon, p50
+  memory      peak CUDA memory in this process (max_memory_allocated); the daemon workers'
+              device memory in use, in total and their own peak, from status (device_info)
+
+Targets, judged at the end: fp32 parity max |dp| <= 1e-5, 0 decisions changed, every
+probability finite (fp32 and bf16), no request failed; the daemons counted no pass with a
+non-finite probability (where status reports it); on a GPU also batched/serial >= 3x in
+fp32 and >= 6x in bf16 (speed targets are GPU targets: "not judged on cpu").
+
+Defaults: on a GPU 32 clients, 192 requests, 3 rounds, 64 parity requests, 32 idle requests;
+with --cpu 8 clients (32 clients would only measure 2 cores' scheduling), 32 requests,
+2 rounds, 16 parity requests, 16 idle requests, and one torch thread in-process and in each
+daemon worker (--cpu-threads 1). The JSON records the sizes used.
+
+Writes benchmarks/results/gpu-check-<device>-<shape>.json (--out to change), also when
+the run fails part-way (with "error"). Exit status: 0 every judged target met; 1 a judged
+target not met; 2 bad usage, or CUDA requested but unavailable; 3 the check could not
+finish (a daemon failed to start, the --time-limit passed, a crash): see the message.
+"""
+import argparse
+import gc
+import importlib.util
+import itertools
+import json
+import math
+import os
+import platform
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from contextlib import contextmanager
+from multiprocessing import get_context
+from pathlib import Path
+from types import SimpleNamespace
+
+os.environ.setdefault("HF_HUB_OFFLINE", "1")           # nothing here may reach the network
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+try:
+    import torch
+
+    from bench import (ClientPool, Daemon, InProcess, engine, idle_latency, median, percentile, process_tree,
+                       real_tokens, summary)
+    from jevany_client.errors import JevanyError
+    from jevany_daemon import workloads
+    from jevany_daemon.model.loading import load_model
+    from jevany_daemon.model.tiny import build_tiny_model
+    from jevany_daemon.parity import compare
+except ImportError as exc:     # a bare GPU host: say what is missing, not a traceback
+    print(f"gpu-check: error: {exc}; it needs the project's requirements (torch, transformers, peft, pyzmq, "
+          "msgpack, typer): `make install`, or carry them", file=sys.stderr)
+    sys.exit(2)
+
+HERE = Path(__file__).resolve().parent
+
+EXIT_MET, EXIT_NOT_MET, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
+
+READOUTS = ("choice", "pointer", "lm_token")
+DTYPES = ("fp32", "bf16")
+# The layouts each arch is proven for (engine.choose_layout): together they cover every layout.
+LAYOUTS = {"qwen3_5": ("rows", "shared"), "qwen3": ("packed",)}
+SPEED_MODEL = ("qwen3_5", "choice")     # what users run: the hybrid model, the default readout
+PARITY_FP32_BOUND = 1e-5
+SPEED_BOUNDS = {"fp32": 3.0, "bf16": 6.0}
+BUDGET_S = 480                          # the 8 minutes a GPU run must fit
+# On --cpu, torch runs one thread here and in each daemon worker: the run shares its cores
+# with client processes and other daemons, and OpenMP threads that wait on each other made
+# it many times slower (parity alone: 28 s on one thread, 350 s on two, on a busy 2-core host).
+CPU_THREADS = 1
+
+SIZES = {   # (GPU, --cpu): see the module docstring
+    "clients": (32, 8), "requests": (192, 32), "rounds": (3, 2), "parity_n": (64, 16), "idle_requests": (32, 16),
+}
+
+
+class CheckError(Exception):
+    """The check could not finish; the message says why (exit 3)."""
+
+
+class Aborted(BaseException):
+    """The time limit passed or a signal came. A BaseException, like KeyboardInterrupt: raised
+    inside a forward pass, an Exception would be caught by the engine, which rescores the
+    batch's requests one by one, and the run would go on."""
+
+
+# --- the machine ------------------------------------------------------------
+
+def machine_info(device: str) -> dict:
+    import transformers
+
+    info = {"device": device, "device_name": "cpu", "torch": torch.__version__,
+            "transformers": transformers.__version__, "python": platform.python_version(),
+            "cpus": os.cpu_count(), "cuda": torch.version.cuda,
+            # the fast Gated DeltaNet kernels; without them transformers runs a slower torch fallback
+            "kernels": {name: importlib.util.find_spec(name) is not None for name in ("fla", "causal_conv1d")}}
+    if device == "cuda":
+        info["device_name"] = torch.cuda.get_device_name(0)
+        # TF32 would loosen FP32 parity ("highest": none in matmuls); recorded so a figure can be read against it
+        info["float32_matmul_precision"] = torch.get_float32_matmul_precision()
+        info["cudnn_allow_tf32"] = getattr(torch.backends.cudnn, "allow_tf32", None)
+    return info
+
+
+def device_kind(info: dict) -> str:
+    return "cpu" if info["device"] == "cpu" else "-".join(info["device_name"].lower().split())
+
+
+def reset_peak(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+
+def peak_bytes(device: str) -> int | None:
+    return torch.cuda.max_memory_allocated() if device == "cuda" else None
+
+
+def release(device: str) -> None:
+    """Free a model before the next loads, so peaks and memory stay per model."""
+    gc.collect()
+    if device == "cuda":
+        torch.cuda.empty_cache()
+
+
+# --- models -------------------------------------------------------------------
+
+def model_keys() -> list[tuple[str, str]]:
+    return sorted(set(itertools.product(LAYOUTS, READOUTS)) | {SPEED_MODEL})
+
+
+def build_workers(shape: str) -> int:
+    """A 0.8B-shaped build takes 10-20 s of CPU and disk, so where there are cores to spare (a GPU
+    host has them) they build side by side; a tiny one takes less than a process takes to start."""
+    return 1 if shape == "tiny" else max(1, min(len(model_keys()), (os.cpu_count() or 1) // 4))
+
+
+def build_models(shape: str, root: Path, workers: int) -> dict:
+    """Every (arch, readout) model, once."""
+    jobs = {key: (root / f"{key[0]}-{key[1]}", key[0], key[1], 0, shape) for key in model_keys()}
+    if workers <= 1:
+        return {key: build_tiny_model(*job) for key, job in jobs.items()}
+    with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
+        futures = {key: pool.submit(build_tiny_model, *job) for key, job in jobs.items()}
+        return {key: f.result() for key, f in futures.items()}
+
+
+# --- parity -------------------------------------------------------------------
+
+def probabilities(outcome: dict) -> list[float]:
+    return [p for answer in outcome["answers"].values() for p in answer["probabilities"].values()]
+
+
+def parity_case(model, layout: str, bodies: list, batch: int) -> dict:
+    """Batched vs one at a time on one engine. Finiteness is counted here over both runs, not
+    left to compare(): a NaN makes max() and <= quietly wrong."""
+    e = engine(model, layout=layout, max_batch_size=batch, max_padding_waste=1.0, batch_policy="greedy",
+               max_packed_tokens=1 << 16)
+    serial = [e.score([e.admit(b)])[0] for b in bodies]
+    passes, scored = e.stats.batches, e.stats.requests
+    batched = e.score([e.admit(b) for b in bodies])
+    ok = [i for i, (a, b) in enumerate(zip(serial, batched)) if not isinstance(a, JevanyError)
+          and not isinstance(b, JevanyError)]
+    failed = [f"{i}: {o}" for i, pair in enumerate(zip(serial, batched)) for o in pair if isinstance(o, JevanyError)]
+    r = compare([serial[i] for i in ok], [batched[i] for i in ok])
+    values = [p for i in ok for p in probabilities(serial[i]) + probabilities(batched[i])]
+    return {"layout": e.layout.name, "requests": len(bodies), "probabilities": r["probabilities"],
+            "max_abs_diff": r["max_abs_diff"], "mean_abs_diff": r["mean_abs_diff"],
+            "decisions_changed": len(r["decisions_changed"]),
+            "changed": [f"{ok[i]}:{q}" for i, q in r["decisions_changed"]],
+            "non_finite": sum(not math.isfinite(p) for p in values), "checked_finite": len(values),
+            "errors": len(failed), "error_messages": failed[:5],
+            # questions or options present on one side only (compare() reports them where it knows how)
+            "mismatched": len(r.get("mismatched", [])),
+            "batched_mean_batch_size": (e.stats.requests - scored) / max(1, e.stats.batches - passes)}
+
+
+def parity_phase(dirs: dict, device: str, args, rows: list) -> None:
+    """Appends to rows case by case, so a run cut short keeps the cases it finished."""
+    bodies = workloads.mixed(args.parity_n, seed=7, max_words=30)
+    for arch, readout, dtype in itertools.product(LAYOUTS, READOUTS, DTYPES):
+        release(device)
+        reset_peak(device)
+        model = load_model(str(dirs[arch, readout]), device=device, dtype=dtype)
+        for layout in LAYOUTS[arch]:     # one load serves every layout of this model
+            rows.append({"arch": arch, "readout": readout, "dtype": dtype,
+                         **parity_case(model, layout, bodies, args.batch), "peak_memory_bytes": peak_bytes(device)})
+            print_parity(rows[-1])
+        del model
+    release(device)
+
+# --- the daemons --------------------------------------------------------------
+
+class CheckDaemon(Daemon):
+    """bench's Daemon, made safe to give up on: a failed start or stop never leaves it running."""
+
+    def __init__(self, name: str, model_dir: Path, device: str, dtype: str, batch: int, starting: list):
+        self.name = name
+        starting.append(self)      # visible before it is ready, so an abort can kill it mid-start
+        serve_args = ["--cpu-threads", str(CPU_THREADS)] if device == "cpu" else []
+        try:
+            super().__init__(model_dir, SimpleNamespace(device=device, dtype=dtype, serve_args=serve_args), batch,
+                             "adaptive")
+        except Exception as exc:
+            self.kill()
+            raise CheckError(f"daemon {name} did not start: {exc} (its log, if any, is above)") from exc
+
+    def kill(self) -> None:
+        """SIGTERM (the daemon drains and stops its workers), then SIGKILL the whole tree."""
+        proc = getattr(self, "proc", None)
+        if proc is None or proc.poll() is not None:
+            return
+        tree = process_tree(proc.pid)
+        proc.terminate()
+        try:
+            proc.wait(30)
+        except subprocess.TimeoutExpired:
+            for pid in reversed(tree):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            proc.wait()
+
+    def stop(self) -> None:
+        try:
+            super().stop()
+        except Exception as exc:
+            print(f"gpu-check: daemon {self.name} did not stop cleanly ({exc!r}); killing it", file=sys.stderr)
+        self.kill()
+
+
+class Fleet:
+    """Every daemon of the run. They start in threads while parity runs in-process (parity is not
+    timed, and a 0.8B daemon takes many seconds to load); stop() always leaves none running."""
+
+    def __init__(self):
+        self.starting: list[CheckDaemon] = []
+        self.ready: dict[str, CheckDaemon] = {}
+        self._threads = ThreadPoolExecutor(max_workers=8, thread_name_prefix="daemon-start")
+        self._futures = {}
+
+    def launch(self, name: str, model_dir: Path, device: str, dtype: str, batch: int) -> None:
+        self._futures[name] = self._threads.submit(CheckDaemon, name, model_dir, device, dtype, batch, self.starting)
+
+    def wait(self) -> dict[str, CheckDaemon]:
+        errors = []
+        for name, future in self._futures.items():
+            try:
+                self.ready[name] = future.result()
+            except CheckError as exc:
+                errors.append(str(exc))
+        if errors:
+            raise CheckError("; ".join(errors))
+        return self.ready
+
+    def stop(self) -> None:
+        # kill those still starting until every start has returned: a start may not have its process yet
+        deadline = time.monotonic() + 60
+        while not all(f.done() for f in self._futures.values()) and time.monotonic() < deadline:
+            for d in list(self.starting):
+                d.kill()
+            time.sleep(0.2)
+        self._threads.shutdown(wait=False)
+        for f in self._futures.values():
+            if f.done() and f.exception() is None:
+                self.ready[f.result().name] = f.result()
+        for d in self.ready.values():
+            d.stop()
+        for d in self.starting:
+            d.kill()
+
+
+def close_pool(pool: ClientPool) -> None:
+    """bench's ClientPool.close, but a client that is stuck or gone is killed rather than waited on."""
+    for conn in pool.conns:
+        try:
+            conn.send(None)
+        except OSError:
+            pass
+    deadline = time.monotonic() + 10      # for them all: a client mid-run waits on a daemon that is gone
+    for proc in pool.procs:
+        try:
+            proc.wait(max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+def daemon_name(dtype: str, batch: int) -> str:
+    return f"{dtype}-batch{batch}"
+
+
+# --- speed, idle and memory through the daemons -------------------------------
+
+def speed_rounds(daemons: dict, pool: ClientPool, bodies: list, clients: int, rounds: int) -> dict:
+    """Both daemons on the same requests in every round, alternating who goes first, so the
+    machine's drift within the run falls on both alike."""
+    out = {name: [] for name in daemons}
+    order = list(daemons)
+    for k in range(rounds):
+        for name in order[k % 2:] + order[:k % 2]:
+            out[name].append(pool.run(daemons[name], bodies, clients))
+    return out
+
+
+def speed_phase(dtype: str, daemons: dict, pool: ClientPool, model_dir: Path, device: str, args) -> dict:
+    """One dtype: warm up, idle latencies, throughput rounds, then the in-process ideal and memory."""
+    bodies = workloads.WORKLOADS[args.workload](args.requests, seed=11)
+    serial, batched = daemons[daemon_name(dtype, 1)], daemons[daemon_name(dtype, args.batch)]
+    release(device)
+    reset_peak(device)
+    model = load_model(str(model_dir), device=device, dtype=dtype)
+    ref = InProcess(model, args.batch)
+    warm = bodies[: 2 * args.clients]
+    for d in (serial, batched):     # CUDA kernels, the allocator, the adaptive policy's first measurements
+        pool.run(d, warm, args.clients)
+    ref.serial_rps(bodies[:2])
+    ref.ideal_rps(warm)
+    idle = idle_report(ref, {1: serial, args.batch: batched}, bodies[: args.idle_requests])
+    runs = speed_rounds({1: serial, args.batch: batched}, pool, bodies, args.clients, args.rounds)
+    tokens = real_tokens(model, bodies)
+    ratios = [b["rps"] / s["rps"] for b, s in zip(runs[args.batch], runs[1])]
+    speed = {"workload": args.workload, "requests": len(bodies), "clients": args.clients,
+             "tokens_per_request": tokens, "layout": ref.serial.layout.name,
+             "serial": summary(1, args.clients, runs[1], tokens),
+             "batched": summary(args.batch, args.clients, runs[args.batch], tokens),
+             "batched_over_serial": median(ratios), "batched_over_serial_rounds": ratios,
+             "inprocess_ideal_rps": ref.ideal_rps(bodies),
+             "daemon_non_finite": non_finite_served(serial, batched)}
+    memory = {"inprocess_peak_bytes": peak_bytes(device), "workers": worker_memory(serial, batched, device)}
+    del model, ref
+    release(device)
+    print_speed(dtype, speed, idle, memory)
+    return {"speed": speed, "idle": idle, "memory": memory}
+
+
+def non_finite_served(*daemons: CheckDaemon) -> int | None:
+    """Passes the daemons found non-finite probabilities in (and rescored alone), where status
+    reports it; None where it does not."""
+    counts = [d.batching().get("non_finite") for d in daemons]
+    return None if None in counts else sum(counts)
+
+
+def idle_report(ref: InProcess, daemons: dict, bodies: list) -> dict:
+    lat = idle_latency(ref, daemons, bodies)
+    p50 = {name: percentile(values, 0.5) * 1000 for name, values in lat.items()}
+    serial, batched = sorted(daemons)
+    return {"requests": len(bodies), "inprocess_p50_ms": p50["inprocess"], "daemon_p50_ms": p50[serial],
+            "batched_daemon_p50_ms": p50[batched],
+            "daemon_over_inprocess": p50[serial] / p50["inprocess"],
+            "batched_daemon_over_inprocess": p50[batched] / p50["inprocess"],
+            # the daemon's own cost: the same request through the daemon minus in-process, median
+            "overhead_ms": statistics.median(d - i for d, i in zip(lat[serial], lat["inprocess"])) * 1000}
+
+
+def worker_memory(serial: CheckDaemon, batched: CheckDaemon, device: str) -> dict:
+    """Each daemon's workers as status reports them (device_info): the device's memory in use and in
+    total, and the worker's own peak (on a GPU its allocator's most reserved; on the CPU its resident
+    memory)."""
+    return {label: [{"pid": w["pid"], **(w.get("device_info") or {})} for w in d.client.status()["workers"]]
+            for label, d in (("serial", serial), ("batched", batched))}
+
+
+# --- targets and the report -----------------------------------------------------
+
+def judge(result: dict) -> list[dict]:
+    on_gpu = result["machine"]["device"] == "cuda"
+    parity = result.get("parity", [])
+    fp32 = [r for r in parity if r["dtype"] == "fp32"]
+    out = []
+
+    def add(name, value, bound, met, judged=True):
+        out.append({"target": name, "value": value, "bound": bound, "judged": judged,
+                    "met": bool(met) if judged else None})
+
+    if parity:
+        diffs = [r["max_abs_diff"] for r in fp32]     # max() would keep a NaN only if it came first
+        worst = math.nan if any(map(math.isnan, diffs)) else max(diffs, default=0.0)
+        add("parity fp32: max |dp| batched vs serial", worst, f"<= {PARITY_FP32_BOUND:g}",
+            worst <= PARITY_FP32_BOUND)
+        add("parity fp32: decisions changed", sum(r["decisions_changed"] for r in fp32), "== 0",
+            all(r["decisions_changed"] == 0 for r in fp32))
+        bad = sum(r["non_finite"] for r in parity)
+        add("every probability finite (fp32 and bf16, batched and serial)", bad, "== 0 non-finite", bad == 0)
+        errors = sum(r["errors"] + r["mismatched"] for r in parity)
+        add("no parity request failed or answered other questions", errors, "== 0", errors == 0)
+    served = [p["speed"]["daemon_non_finite"] for p in result.get("dtypes", {}).values()]
+    if served and None not in served:      # the daemons count them where status reports it
+        add("daemons: no pass with a non-finite probability (status batching.non_finite)", sum(served), "== 0",
+            sum(served) == 0)
+    for dtype, bound in SPEED_BOUNDS.items():
+        phase = result.get("dtypes", {}).get(dtype)
+        if phase:
+            ratio = phase["speed"]["batched_over_serial"]
+            add(f"{dtype}: batched / serial throughput, {phase['speed']['clients']} clients", ratio,
+                f">= {bound:g}", ratio >= bound, judged=on_gpu)
+    return out
+
+
+def print_parity(r: dict) -> None:
+    print(f"  {r['arch']:8} {r['readout']:8} {r['layout']:6} {r['dtype']}: max {r['max_abs_diff']:.2e}  mean "
+          f"{r['mean_abs_diff']:.2e}  decisions changed {r['decisions_changed']}  non-finite "
+          f"{r['non_finite']}/{r['checked_finite']}  errors {r['errors'] + r['mismatched']}  mean batch "
+          f"{r['batched_mean_batch_size']:.1f}")
+
+
+def print_speed(dtype: str, speed: dict, idle: dict, memory: dict) -> None:
+    for label in ("serial", "batched"):
+        r = speed[label]
+        print(f"  {dtype} {label:7} (max_batch_size {r['max_batch_size']:>2}, {r['concurrency']} clients): "
+              f"{r['rps']:8.1f} req/s  p50 {r['p50_ms']:8.1f} ms  p99 {r['p99_ms']:8.1f} ms  mean batch "
+              f"{r['mean_batch_size']:5.2f}")
+    print(f"  {dtype} batched / serial: {speed['batched_over_serial']:.2f}x (median of "
+          f"{', '.join(f'{x:.2f}' for x in speed['batched_over_serial_rounds'])}); in-process ideal batches "
+          f"{speed['inprocess_ideal_rps']:.1f} req/s")
+    print(f"  {dtype} idle p50: in-process {idle['inprocess_p50_ms']:.2f} ms, daemon {idle['daemon_p50_ms']:.2f} ms "
+          f"({idle['daemon_over_inprocess']:.3f}x, {idle['overhead_ms']:.2f} ms a request), batched daemon "
+          f"{idle['batched_daemon_p50_ms']:.2f} ms")
+    peak = memory["inprocess_peak_bytes"]
+    workers = [w for ws in memory["workers"].values() for w in ws if w.get("memory_peak_bytes") is not None]
+    peaks = ", ".join(f"{w['memory_peak_bytes'] / 2 ** 30:.2f} GiB" for w in workers) or "n/a"
+    print(f"  {dtype} peak memory in-process: {'n/a (cpu)' if peak is None else f'{peak / 2 ** 30:.2f} GiB'}; "
+          f"workers' peaks: {peaks}")
+
+
+def print_targets(targets: list[dict]) -> None:
+    print("\ntargets")
+    for t in targets:
+        mark = "not judged on cpu" if not t["judged"] else ("met" if t["met"] else "NOT MET")
+        value = f"{t['value']:.3g}" if isinstance(t["value"], float) else t["value"]
+        print(f"  [{mark}] {t['target']}: {value} ({t['bound']})")
+
+
+def write(result: dict, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1))
+    print(f"wrote {path}")
+
+
+# --- the run --------------------------------------------------------------------
+
+@contextmanager
+def phase(result: dict, name: str):
+    print(f"\n== {name}", flush=True)
+    started = time.monotonic()
+    try:
+        yield
+    finally:
+        result["phase_s"][name] = round(time.monotonic() - started, 1)
+
+
+def run(args, device: str, result: dict) -> None:
+    """Fills `result` phase by phase, so a failure part-way still leaves what was measured."""
+    root = Path(tempfile.mkdtemp(prefix="jv-gpu-check-"))
+    fleet, pool = Fleet(), None
+    try:
+        with phase(result, "build models"):
+            dirs = build_models(args.shape, root, build_workers(args.shape))
+        speed_dir = dirs[SPEED_MODEL]
+        for dtype in DTYPES:
+            for batch in (1, args.batch):
+                fleet.launch(daemon_name(dtype, batch), speed_dir, device, dtype, batch)
+        with phase(result, "parity"):
+            result["parity"] = []
+            parity_phase(dirs, device, args, result["parity"])
+        with phase(result, "start daemons and clients"):
+            daemons = fleet.wait()
+            pool = ClientPool(args.clients)
+        result["dtypes"] = {}
+        for dtype in DTYPES:
+            with phase(result, f"speed, idle and memory, {dtype}"):
+                result["dtypes"][dtype] = speed_phase(dtype, daemons, pool, speed_dir, device, args)
+    finally:
+        signal.alarm(0)     # the clean-up itself must not be cut short
+        fleet.stop()
+        if pool is not None:
+            close_pool(pool)
+        shutil.rmtree(root, ignore_errors=True)
+
+
+def parse_args(argv=None):
+    p = argparse.ArgumentParser(prog="gpu-check", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--cpu", action="store_true", help="run on the CPU instead of cuda (speed targets not judged)")
+    p.add_argument("--shape", default="0.8b", choices=("tiny", "0.8b"),
+                   help="0.8b: Qwen3.5-0.8B's layer shape; tiny: the test models [default: 0.8b]")
+    p.add_argument("--requests", type=int, help="requests per throughput round [default: 192, --cpu 32]")
+    p.add_argument("--clients", type=int, help="concurrent client processes [default: 32, --cpu 8]")
+    p.add_argument("--rounds", type=int, help="throughput rounds per dtype [default: 3, --cpu 2]")
+    p.add_argument("--parity-n", type=int, help="requests per parity case [default: 64, --cpu 16]")
+    p.add_argument("--idle-requests", type=int, help="requests at concurrency 1 [default: 32, --cpu 16]")
+    p.add_argument("--batch", type=int, default=32, help="max_batch_size of the batched daemon and parity runs")
+    p.add_argument("--workload", default="short", choices=list(workloads.WORKLOADS),
+                   help="requests of the throughput and idle runs [default: short, 20-40 token states, "
+                        "bench.py's headline workload]")
+    p.add_argument("--time-limit", type=int, default=570, metavar="S",
+                   help="give up after S seconds, stopping every daemon and writing what was measured "
+                        "(exit 3); 0: no limit [default: 570, inside a 10-minute job]")
+    p.add_argument("--out", type=Path, help="JSON path [default: benchmarks/results/gpu-check-<device>-<shape>.json]")
+    args = p.parse_args(argv)
+    for name, (gpu, cpu) in SIZES.items():
+        if getattr(args, name) is None:
+            setattr(args, name, cpu if args.cpu else gpu)
+        if getattr(args, name) < 1:
+            p.error(f"--{name.replace('_', '-')} must be >= 1")
+    return args
+
+
+def _abort(signum, frame):
+    # Raised, not flagged: the main thread may sit in a blocking receive from a client or a
+    # daemon, and only an exception gets it out through the finally blocks that stop them.
+    raise Aborted("time limit passed" if signum == signal.SIGALRM else f"stopped by signal {signum}")
+
+
+def new_result(args, device: str) -> dict:
+    return {"check": "gpu-check", "machine": machine_info(device), "error": None, "phase_s": {},
+            "settings": {"shape": args.shape, "speed_model": "/".join(SPEED_MODEL), "layouts": LAYOUTS,
+                         "batch": args.batch, "batch_policy": "adaptive", "workload": args.workload,
+                         "torch_threads": CPU_THREADS if args.cpu else None,
+                         **{name: getattr(args, name) for name in SIZES}}}
+
+
+def guarded_run(args, device: str, result: dict) -> None:
+    """run() under the time limit and signals; any failure becomes result["error"]."""
+    signal.signal(signal.SIGTERM, _abort)
+    signal.signal(signal.SIGALRM, _abort)
+    signal.alarm(args.time_limit)
+    try:
+        run(args, device, result)
+    except Aborted as exc:
+        result["error"] = f"{exc}" + (f" (--time-limit {args.time_limit})" if "time limit" in str(exc) else "")
+    except (CheckError, KeyboardInterrupt) as exc:
+        result["error"] = str(exc) or type(exc).__name__
+    except Exception as exc:      # a bug or a broken dependency: still stop, report and write
+        traceback.print_exc()
+        result["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        signal.alarm(0)
+
+
+def main(argv=None) -> int:
+    args = parse_args(argv)
+    sys.stdout.reconfigure(line_buffering=True)
+    device = "cpu" if args.cpu else "cuda"
+    if args.cpu:
+        torch.set_num_threads(CPU_THREADS)
+    if device == "cuda" and not torch.cuda.is_available():
+        print("gpu-check: error: CUDA is not available to this process (torch "
+              f"{torch.__version__}, CUDA build {torch.version.cuda}); run on a GPU host, or pass --cpu",
+              file=sys.stderr)
+        return EXIT_USAGE
+    started = time.monotonic()
+    result = new_result(args, device)
+    out = args.out or HERE / "results" / f"gpu-check-{device_kind(result['machine'])}-{args.shape}.json"
+    guarded_run(args, device, result)
+    result["elapsed_s"] = round(time.monotonic() - started, 1)
+    result["targets"] = judge(result)
+    result["passed"] = result["error"] is None and all(t["met"] for t in result["targets"] if t["judged"])
+    print_targets(result["targets"])
+    print(f"elapsed {result['elapsed_s']:.0f} s ({', '.join(f'{k} {v:.0f}' for k, v in result['phase_s'].items())})")
+    if device == "cuda" and args.shape == "0.8b" and result["elapsed_s"] > BUDGET_S:
+        print(f"note: over the {BUDGET_S} s budget; lower --requests, --rounds or --parity-n")
+    write(result, out)
+    if result["error"]:
+        print(f"gpu-check: error: {result['error']}", file=sys.stderr)
+        return EXIT_ERROR
+    return EXIT_MET if result["passed"] else EXIT_NOT_MET
+
+
+if __name__ == "__main__":
+    sys.exit(main())
