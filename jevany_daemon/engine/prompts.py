@@ -180,6 +180,7 @@ class ChoiceEncoder:
         )
 
     def encode(self, request: DecisionRequest, limits: Limits) -> Encoded:
+        self._check_state(request, limits.state)
         limit = min(limits.branch, limits.window)
         texts = [self.prompt(request, q) for q in request.questions]
         for text in texts:
@@ -194,6 +195,20 @@ class ChoiceEncoder:
         shared = _common_prefix_length(prompts)
         branches = tuple(Branch(tuple(p[shared:]), (len(p) - shared - 1,)) for p in prompts)
         return Encoded(tuple(prompts[0][:shared]), branches, sum(len(p) for p in prompts))
+
+
+    def _check_state(self, request: DecisionRequest, limit: int) -> None:
+        """max_state_tokens holds for this prompt too: the state's own tokens, as the user message holds it."""
+        state = self.safe_text(_as_text(request.state, indent=1)).rstrip()
+        if _at_least(state, self.per_token) > limit:
+            raise ContextLengthError(f"state exceeds {limit} tokens: at least {_at_least(state, self.per_token)}")
+        # A byte-level vocabulary never spends more than a token per byte, so a state
+        # whose bytes fit needs no second tokenization.
+        if len(state.encode()) + 1 <= limit:
+            return
+        n = len(self.tokenizer(state, add_special_tokens=False)["input_ids"])
+        if n > limit:
+            raise ContextLengthError(f"state exceeds {limit} tokens: {n}")
 
 
 def _common_prefix_length(prompts: list[list[int]]) -> int:

@@ -81,6 +81,17 @@ def test_limit_messages_follow_jevany(make_engine):
         choice.admit(BODY)
 
 
+def test_the_state_limit_holds_for_the_choice_prompt_too(make_engine):
+    """Its state sits inside a chat message, but max_state_tokens still counts the state's own tokens."""
+    engine = make_engine("qwen3", "choice", max_state_tokens=64)
+    with pytest.raises(ContextLengthError, match=r"^state exceeds 64 tokens: (at least )?\d+$"):
+        engine.admit({"state": " ".join(["payment"] * 500), "questions": BODY["questions"]})
+    tight = make_engine("qwen3", "choice", max_state_tokens=10)
+    with pytest.raises(ContextLengthError, match=r"^state exceeds 10 tokens: \d+$"):   # counted exactly
+        tight.admit({"state": "payment " * 20, "questions": BODY["questions"]})
+    assert engine.admit({"state": "payment " * 20, "questions": BODY["questions"]})   # 20 words fit in 64
+
+
 def test_limits_are_capped_by_the_context_window(make_engine):
     engine = make_engine(max_state_tokens=1 << 20, max_branch_tokens=1 << 20)
     window = engine.model.context_window
