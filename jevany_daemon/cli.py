@@ -119,6 +119,15 @@ def serve(
     batch_policy: str = typer.Option(None, "--batch-policy", help="adaptive: batch a length class only where "
                                      "batched passes measured faster; greedy: always. [default: adaptive]",
                                      show_default=False),
+    prefix_cache: int = typer.Option(None, "--prefix-cache", help="Prefixes (states) each worker keeps computed, "
+                                     "least recently used out first; a request whose state is kept skips "
+                                     "computing it. 0 turns the cache off. [default: 4]", show_default=False),
+    prefix_min_tokens: int = typer.Option(None, "--prefix-min-tokens", help="Shortest prefix worth caching, in "
+                                          "tokens; shorter ones are computed each time in --layout. "
+                                          "[default: 384]", show_default=False),
+    prefix_cache_bytes: int = typer.Option(None, "--prefix-cache-bytes", help="Bytes the prefix cache may hold "
+                                           "per worker (on the model's device), so it cannot starve the "
+                                           "batches. [default: 1073741824]", show_default=False),
     max_queue: int = typer.Option(None, "--max-queue", help="Requests that may wait; beyond it replies are "
                                   "'overloaded' at once. [default: 1024]", show_default=False),
     max_message_bytes: int = typer.Option(None, "--max-message-bytes", help="Bigger messages are refused by "
@@ -170,7 +179,8 @@ def serve(
                  bind=tuple(bind or ()), control=control, max_batch_size=max_batch_size,
                  max_packed_tokens=max_packed_tokens, max_state_tokens=max_state_tokens,
                  max_branch_tokens=max_branch_tokens, max_padding_waste=max_padding_waste, layout=layout,
-                 batch_policy=batch_policy, max_queue=max_queue, max_message_bytes=max_message_bytes,
+                 batch_policy=batch_policy, prefix_cache=prefix_cache, prefix_min_tokens=prefix_min_tokens,
+                 prefix_cache_bytes=prefix_cache_bytes, max_queue=max_queue, max_message_bytes=max_message_bytes,
                  log_requests=log_requests)
     try:
         settings = resolve(flags, config)

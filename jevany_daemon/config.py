@@ -34,12 +34,23 @@ class EngineConfig:
     # adaptive: batch a width class only while batched passes measure at least
     # as fast per token as single ones (engine/policy.py); greedy: always batch.
     batch_policy: str = "adaptive"
+    # The prefix cache (JevAny's names and defaults): entries kept, the shortest
+    # prefix worth one, and a bound in bytes so a cache on a GPU cannot starve
+    # the batches. 0 entries turns it off.
+    prefix_cache: int = 4
+    prefix_min_tokens: int = 384
+    prefix_cache_bytes: int = 1 << 30
 
     def __post_init__(self):
-        for name in ("max_batch_size", "max_packed_tokens", "max_state_tokens", "max_branch_tokens"):
+        for name in ("max_batch_size", "max_packed_tokens", "max_state_tokens", "max_branch_tokens",
+                     "prefix_cache_bytes"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ValueError(f"{name} must be an integer >= 1, got {value!r}")
+        for name in ("prefix_cache", "prefix_min_tokens"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"{name} must be an integer >= 0, got {value!r}")
         if self.layout not in LAYOUTS:
             raise ValueError(f"layout must be one of {', '.join(LAYOUTS)}, got {self.layout!r}")
         if self.batch_policy not in BATCH_POLICIES:

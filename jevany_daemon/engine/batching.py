@@ -24,6 +24,7 @@ class Pending:
     real: int             # its real (unpadded) tokens
     alone: bool = False   # must run in a batch of its own
     prefix: int = 0       # a shared prefix run in a pass of its own (shared layout), one row per request
+    group: str = ""       # requests share a pass only within one group (the layout that runs them)
     outcome: Any = None   # the result, or the JevanyError the request ended with
     done: bool = False
 
@@ -47,7 +48,7 @@ def take_batch(queue: deque, limits: BatchLimits) -> list[Pending]:
     if head.alone or limits.max_size == 1 or not queue:
         return batch
     real = head.real
-    window = [p for _, p in zip(range(SCAN_LIMIT), queue) if not p.alone]
+    window = [p for _, p in zip(range(SCAN_LIMIT), queue) if not p.alone and p.group == head.group]
     window.sort(key=lambda p: abs(p.width - head.width))   # stable: arrival order breaks ties
     for p in window:
         if len(batch) == limits.max_size:

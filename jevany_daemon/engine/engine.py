@@ -33,6 +33,7 @@ from .faults import (DeviceLost, NonFiniteError, check_finite, is_device_lost, i
 from .layouts import PACKED_PROVEN, SHARED_PROVEN, PackedLayout, RowsLayout, SharedLayout
 from .masks import per_layer_type
 from .policy import BatchPolicy
+from .prefix_cache import PrefixCache
 from .prompts import ChoiceEncoder, Encoded, Limits, NativeEncoder
 from .readouts import make_readout
 
@@ -119,6 +120,11 @@ class Engine:
     ):
         self.model, self.config, self.observer = model, config, observer
         self.layout = choose_layout(model, config.layout)
+        # A request whose prefix is worth caching runs in the shared layout's two passes, the
+        # second continuing from the cached prefix; the others run in the configured layout.
+        self.memory = (PrefixCache(config.prefix_cache, config.prefix_cache_bytes, config.prefix_min_tokens)
+                       if config.prefix_cache > 0 and model.model_type in SHARED_PROVEN else None)
+        self._remembering = SharedLayout()
         self.readout = make_readout(model)
         self.encoder = _make_encoder(model)
         window = model.context_window
@@ -150,7 +156,7 @@ class Engine:
                 )
         with self._tokenizer_lock:
             encoded = self.encoder.encode(request, self.limits)
-        shape = self.layout.shape(encoded)
+        shape = self._layout_for(encoded).shape(encoded)
         cost = shape.rows * shape.width + shape.prefix
         if cost > self.config.max_packed_tokens:
             raise ContextLengthError(f"request exceeds {self.config.max_packed_tokens} packed tokens: {cost}")
@@ -163,9 +169,15 @@ class Engine:
             )
 
     def pending(self, admitted: Admitted) -> Pending:
-        shape = self.layout.shape(admitted.encoded)
-        return Pending(admitted, shape.rows, shape.width, self.layout.real_tokens(admitted.encoded),
-                       alone=bool(admitted.request.media), prefix=shape.prefix)
+        layout = self._layout_for(admitted.encoded)
+        shape = layout.shape(admitted.encoded)
+        return Pending(admitted, shape.rows, shape.width, layout.real_tokens(admitted.encoded),
+                       alone=bool(admitted.request.media), prefix=shape.prefix, group=layout.name)
+
+    def _layout_for(self, encoded: Encoded):
+        if self.memory is not None and self.memory.eligible(encoded.prefix):
+            return self._remembering
+        return self.layout
 
     # --- the two ways in -------------------------------------------------
 
@@ -226,6 +238,9 @@ class Engine:
                 self.stats.non_finite += 1
             if is_out_of_memory(exc):
                 release_cached_memory()
+            if self.memory is not None:     # a prefix this pass used may be what broke it
+                for a in batch:
+                    self.memory.drop(a.encoded.prefix)
             if len(batch) == 1:
                 return [_as_jevany_error(exc)]
         self.stats.retried_alone += len(batch)
@@ -234,8 +249,9 @@ class Engine:
     def _forward(self, batch: list[Admitted]) -> list[dict]:
         encs = [a.encoded for a in batch]
         model = self.model
-        real = sum(self.layout.real_tokens(e) for e in encs)
-        width = max(self.layout.shape(e).width for e in encs)
+        layout = self._layout_for(encs[0])      # one group per batch (batching.take_batch)
+        real = sum(layout.real_tokens(e) for e in encs)
+        width = max(layout.shape(e).width for e in encs)
         counts = [q.n_options for a in batch for q in a.request.questions]
         plan = self.readout.plan(counts, model.output_device)
         _sync(model.device)   # latency is the forward pass alone, between device syncs
@@ -243,7 +259,9 @@ class Engine:
         ok, padded = False, 0
         try:
             with torch.inference_mode():
-                gathered, padded = self.layout.forward(self._backbone, encs, self.pad_id, model.device, model.dtype)
+                remember = {"memory": self.memory} if layout is self._remembering else {}
+                gathered, padded = layout.forward(self._backbone, encs, self.pad_id, model.device, model.dtype,
+                                                  **remember)
                 probs = self.readout.probabilities(gathered, plan)
             _sync(model.device)
             check_finite(probs)    # CUDA kernels can return NaN where the CPU's return zeros
@@ -288,10 +306,20 @@ class Engine:
         with self._tokenizer_lock:
             return len(self.model.tokenizer(json.dumps(answers), add_special_tokens=False)["input_ids"])
 
+    def prefix_cache_stats(self) -> dict:
+        if self.memory is None:
+            return {"enabled": False, "size": 0, "hits": 0, "misses": 0}
+        return self.memory.stats()
+
+    def clear_prefix_cache(self) -> int:
+        return 0 if self.memory is None else self.memory.clear()
+
     def reset_statistics(self) -> None:
         """Forget every pass so far (warm-up), for statistics and the batch policy alike."""
         self.stats = BatchStats()
         self.policy = BatchPolicy(adaptive=self.config.batch_policy == "adaptive")
+        if getattr(self, "memory", None) is not None:
+            self.memory.reset()
 
     # --- describe --------------------------------------------------------
 
@@ -316,7 +344,7 @@ class Engine:
                 "max_batch_size": self.config.max_batch_size,
                 "max_padding_waste": self.batch_limits.max_padding_waste,
             },
-            "prefix_cache": {"enabled": False, "size": 0, "hits": 0, "misses": 0},
+            "prefix_cache": self.prefix_cache_stats(),
             "batching": self.stats.as_dict() | {"policy": self.config.batch_policy,
                                                 "measured_tokens_per_s": self.policy.as_dict()},
         }

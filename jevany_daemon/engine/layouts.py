@@ -26,6 +26,7 @@ from typing import Callable, NamedTuple
 
 import torch
 
+from .cache_rows import join_rows, take_rows
 from .masks import block_causal_mask, padded_causal_mask
 from .prompts import Encoded
 
@@ -149,7 +150,9 @@ class SharedLayout:
     def real_tokens(enc: Encoded) -> int:
         return enc.packed_length
 
-    def forward(self, backbone: Backbone, encs: list[Encoded], pad_id: int, device, dtype):
+    def forward(self, backbone: Backbone, encs: list[Encoded], pad_id: int, device, dtype, memory=None):
+        if memory is not None:
+            return self._forward_remembering(backbone, encs, pad_id, device, dtype, memory)
         if all(len(e.branches) == 1 for e in encs):
             return RowsLayout().forward(backbone, encs, pad_id, device, dtype)   # nothing to share
         # Both passes' inputs go to the device before the first runs: a copy queued
@@ -164,6 +167,27 @@ class SharedLayout:
         cache.reorder_cache(owners)    # one copy of its request's state per question
         hidden = backbone(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache)
         return _gather(hidden, gather), prefix_ids.numel() + ids.numel()
+
+    def _forward_remembering(self, backbone: Backbone, encs: list[Encoded], pad_id: int, device, dtype, memory):
+        """The same two passes, with a prefix cache: a prefix it holds is not computed again,
+        identical prefixes in one batch are computed once, and what is computed is kept."""
+        rows = {e.prefix: memory.get(e.prefix) for e in encs}
+        missing = [prefix for prefix, row in rows.items() if row is None]
+        padded = 0
+        if missing:
+            ids, mask, pos = (t.to(device) for t in self._prefixes([_Prefix(p) for p in missing], pad_id))
+            cache = backbone(input_ids=ids, attention_mask=padded_causal_mask(mask, dtype), padding_mask=mask,
+                             position_ids=pos, return_cache=True)
+            padded = ids.numel()
+            for prefix, row in zip(missing, take_rows(cache, [len(p) for p in missing])):
+                rows[prefix] = row
+                memory.put(prefix, row)
+        cache, prefix_mask = join_rows([rows[e.prefix] for e in encs], [len(e.prefix) for e in encs])
+        owners, branches = self._branches(encs, pad_id, prefix_mask)
+        owners, ids, mask, pos, gather = (t.to(device) for t in (owners, *branches))
+        cache.reorder_cache(owners)
+        hidden = backbone(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache)
+        return _gather(hidden, gather), padded + ids.numel()
 
     @staticmethod
     def _branches(encs: list[Encoded], pad_id: int, prefix_mask: torch.Tensor):
@@ -197,3 +221,8 @@ class SharedLayout:
             mask[i, width - p:] = 1
             pos[i, width - p:] = torch.arange(p)
         return ids, mask, pos
+
+
+class _Prefix(NamedTuple):
+    """Just what _prefixes reads of an Encoded."""
+    prefix: tuple[int, ...]

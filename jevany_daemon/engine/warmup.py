@@ -29,8 +29,12 @@ def warm_up(engine: Engine) -> list[str]:
     its shape could reach that path either); a request that fails while
     scoring is the model or device failing, and stops the load.
     """
+    bodies = [_ONE, _TWO]
+    if engine.memory is not None:
+        # A state long enough to be cached takes the prefix cache's two passes.
+        bodies.append({**_TWO, "state": " ".join(["warm"] * engine.memory.min_tokens)})
     admitted = []
-    for body in (_ONE, _TWO):
+    for body in bodies:
         try:
             admitted.append(engine.admit(body))
         except JevanyError:
@@ -38,9 +42,10 @@ def warm_up(engine: Engine) -> list[str]:
     paths = []
     for a in admitted:
         _run(engine, [a])
-        paths.append(f"{len(a.request.questions)} question(s) alone")
+        cached = engine.memory is not None and engine.memory.eligible(a.encoded.prefix)
+        paths.append(f"{len(a.request.questions)} question(s) alone{', prefix cached' if cached else ''}")
     if len(admitted) > 1 and engine.config.max_batch_size > 1:
-        _run(engine, admitted)
+        _run(engine, admitted[:2])
         paths.append("batched")
     engine.reset_statistics()    # warm-up passes are neither traffic nor a fair speed sample
     return paths

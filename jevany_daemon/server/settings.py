@@ -121,7 +121,8 @@ class ServeSettings:
 ENGINE_FIELDS = tuple(f.name for f in fields(EngineConfig))
 SERVE_FIELDS = tuple(f.name for f in fields(ServeSettings) if f.name != "engine")
 _INTS = {"max_queue", "max_message_bytes", "max_batch_size", "max_packed_tokens",
-         "max_state_tokens", "max_branch_tokens", "workers", "cpu_threads", "metrics_port"}
+         "max_state_tokens", "max_branch_tokens", "workers", "cpu_threads", "metrics_port",
+         "prefix_cache", "prefix_min_tokens", "prefix_cache_bytes"}
 _FLOATS = {"max_padding_waste", "heartbeat_timeout", "batch_timeout", "max_memory_gib"}
 _BOOLS = {"log_requests", "insecure"}
 

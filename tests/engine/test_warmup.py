@@ -5,13 +5,22 @@ from jevany_daemon.engine.warmup import WarmUpError, warm_up
 
 
 def test_every_path_runs_and_leaves_no_trace(make_engine):
-    engine = make_engine("qwen3_5", "pointer", layout="shared", max_batch_size=4)
+    engine = make_engine("qwen3_5", "pointer", layout="shared", max_batch_size=4, prefix_cache=0)
     seen = []
     engine.observer = seen.append
     paths = warm_up(engine)
     assert paths == ["1 question(s) alone", "2 question(s) alone", "batched"]
     assert [r.size for r in seen] == [1, 1, 2]          # three real passes, the last batched
     assert engine.stats.batches == 0 and engine.policy.rates == {}
+
+
+def test_the_prefix_cache_path_is_warmed_then_emptied(make_engine):
+    engine = make_engine("qwen3_5", "choice", max_batch_size=4, prefix_min_tokens=64)
+    paths = warm_up(engine)
+    assert "2 question(s) alone, prefix cached" in paths
+    assert engine.prefix_cache_stats() | {"max_entries": 0} == {
+        "enabled": True, "size": 0, "max_entries": 0, "bytes": 0, "max_bytes": 1 << 30, "min_tokens": 64,
+        "hits": 0, "misses": 0, "evictions": 0}
 
 
 def test_without_batching_there_is_no_batched_path(make_engine):
@@ -27,7 +36,7 @@ def test_a_model_that_scores_nan_fails_with_the_reason(make_engine):
 
 
 def test_a_failing_batched_pass_is_not_hidden_by_the_retry_alone(make_engine):
-    engine = make_engine("qwen3", "choice", layout="packed", max_batch_size=4)
+    engine = make_engine("qwen3", "choice", layout="packed", max_batch_size=4, prefix_cache=0)
     real = engine._backbone
 
     def fails_batched(**inputs):
