@@ -9,15 +9,18 @@ worker → supervisor:  [HELLO, {"pid", "model", "load_s"}]  loaded, ready for w
                                                           batches: [[size, padded_tokens, real_tokens,
                                                           latency_ms, ok]...], the passes since the last message
                       [FAILED, message]                   could not load the model
+                      [CLEARED, entries, prefix_cache]    emptied its prefix cache, which held that many;
+                                                          its statistics now
 heartbeat socket   →  [HEARTBEAT]                         alive; sent every interval by a thread, from the
                                                           worker's identity + "/hb", while it scores too
 supervisor → worker:  [BATCH, [[tag, payload]...]]        everything it takes at once (request messages as received)
                       [STOP]                              finish and exit
+                      [CLEAR]                             empty the prefix cache (after any batch in hand)
 """
 import msgpack
 
-HELLO, EARLY, RESULTS, FAILED, HEARTBEAT, BATCH, STOP = (
-    "hello", "early", "results", "failed", "heartbeat", "batch", "stop")
+HELLO, EARLY, RESULTS, FAILED, HEARTBEAT, BATCH, STOP, CLEAR, CLEARED = (
+    "hello", "early", "results", "failed", "heartbeat", "batch", "stop", "clear", "cleared")
 
 # A worker that fails to load its model exits with this, so the supervisor
 # stops with the worker's message instead of restarting it in a loop.

@@ -78,6 +78,15 @@ def batching(sup) -> dict:
                           engine.max_batch_size, engine.max_packed_tokens)
 
 
+def prefix_cache(sup) -> dict:
+    """The serving workers' prefix caches, summed: each worker keeps its own."""
+    engine = sup.settings.engine
+    reports = [w.stats.get("prefix_cache") or {} for w in sup.pool.serving() if w.stats]
+    total = {k: sum(r.get(k, 0) for r in reports) for k in ("size", "bytes", "hits", "misses", "evictions")}
+    return {"enabled": engine.prefix_cache > 0, **total, "max_entries": engine.prefix_cache,
+            "max_bytes": engine.prefix_cache_bytes, "min_tokens": engine.prefix_min_tokens}
+
+
 def describe_model(sup) -> dict:
     """The serving generation's model as its workers describe it, else what the settings say.
 
@@ -91,7 +100,7 @@ def describe_model(sup) -> dict:
                 "readout": s.readout or "", "layout": s.engine.layout, "device": ",".join(s.devices),
                 "dtype": s.dtype}
     devices = ",".join(dict.fromkeys(w.device for w in serving))
-    return {**model, "device": devices, "batching": batching(sup)}
+    return {**model, "device": devices, "batching": batching(sup), "prefix_cache": prefix_cache(sup)}
 
 
 def daemon_status(sup) -> dict:
@@ -109,6 +118,7 @@ def daemon_status(sup) -> dict:
         "curve": sup.zap is not None,
         "model": {k: model.get(k) for k in ("id", "source", "readout", "layout", "device", "dtype")},
         "batching": batching(sup),
+        "prefix_cache": prefix_cache(sup),
         "queue": {"depth": len(sup.queue), "max_depth": sup.queue.max_depth},
         "workers": sup.pool.describe(),
         "reload": sup.reloads.describe(),

@@ -40,6 +40,7 @@ from jevany_daemon import __version__
 
 from . import channel, curve
 from .admission import Entry, RequestQueue
+from .cache_clears import CacheClears
 from .logs import RateLimited, event
 from .metrics import Metrics
 from .pool import WorkerPool
@@ -48,7 +49,7 @@ from .sdnotify import Notifier
 from .settings import ServeSettings
 from .signals import SignalFlags
 from .sockets import StartupError, bind_router
-from .status import Counters, daemon_status, describe_model, status_line
+from .status import Counters, daemon_status, describe_model, prefix_cache, status_line
 from .workers import BUSY, IDLE, STOPPING, WorkerHandle
 
 log = logging.getLogger("jevany.supervisor")
@@ -83,6 +84,7 @@ class Supervisor:
         self._stop_now = False
         self._exiting = False              # drain ends in exit (signal) rather than idling (drain op)
         self._drain_waiters: list = []     # control clients awaiting "drained"
+        self.clears = CacheClears()        # control clients awaiting clear_cache's count
         self._answered: list = []          # (entry, ok, result or error) from workers, sent after dispatch
         self._bound_ipc: list = []
         self._failure: str | None = None
@@ -297,6 +299,7 @@ class Supervisor:
         if self.metrics_url is not None:     # a few label lookups per tick, on every request's path
             self.metrics.gauges(len(self.queue), self.queue.max_depth, self.pool.inflight(),
                                 [w.state for w in self.pool.workers], self.state == "ready")
+            self.metrics.prefix_cache_stats(prefix_cache(self))
         self.overloads.flush()
         self.dropped.flush()
         if self.notifier.watchdog_s is not None and now >= self._next_watchdog:
@@ -362,8 +365,18 @@ class Supervisor:
         return {"models": [self.model_description()]}
 
     def op_clear_cache(self, sock, envelope, request, received, payload):
-        # No prefix cache is kept yet (DESIGN: cache only where eligible); nothing to clear.
-        return {"cleared": 0}
+        ready = [w for w in self.pool.workers if w.ready_once and w.state != STOPPING and w.kill_cause is None]
+        if not ready:
+            return {"cleared": 0}
+        for worker in ready:     # a busy worker answers once its batch is done
+            self.pool.backend.send_multipart([worker.identity, channel.encode(channel.CLEAR)])
+        self.clears.begin((sock, envelope, request.id), {w.identity for w in ready})
+        self.record(request.op, None)
+        return None    # the reply comes when every worker has cleared
+
+    def finish_clears(self, done: list) -> None:
+        for (sock, envelope, rid), cleared in done:
+            self.send(sock, envelope, ok_reply(rid, {"cleared": cleared}))
 
     def op_drain(self, sock, envelope, request, received, payload):
         self.begin_drain(exiting=False, cause="drain op")
@@ -393,6 +406,9 @@ class Supervisor:
             self.on_early(worker, *args)
         elif kind == channel.RESULTS:
             self.on_results(worker, *args)
+        elif kind == channel.CLEARED:
+            worker.stats = {**worker.stats, "prefix_cache": args[1]}
+            self.finish_clears(self.clears.answered(worker.identity, args[0]))
         elif kind == channel.FAILED:
             worker.failure = args[0]
 
@@ -438,6 +454,7 @@ class Supervisor:
 
     def on_worker_exit(self, worker: WorkerHandle) -> None:
         self.pool.remove(worker)
+        self.finish_clears(self.clears.gone(worker.identity))
         for entry in worker.inflight.values():
             self.reply_error(entry, WorkerLostError("the worker scoring this request died; it is being restarted"))
         worker.inflight.clear()

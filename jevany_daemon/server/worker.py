@@ -161,6 +161,8 @@ def serve(sock, engine, batches: list) -> int:
         kind, *args = channel.decode(sock.recv())
         if kind == channel.STOP:
             return 0
+        if kind == channel.CLEAR:
+            sock.send(channel.encode(channel.CLEARED, engine.clear_prefix_cache(), engine.prefix_cache_stats()))
         if kind == channel.BATCH:
             early = partial(send_answers, sock, engine, batches, channel.EARLY)
             try:
@@ -177,7 +179,8 @@ def send_answers(sock, engine, batches: list, kind: str, answers: list) -> None:
     """EARLY or RESULTS, with the statistics and the passes run since the last message."""
     records = [[r.size, r.padded_tokens, r.real_tokens, r.latency_ms, r.ok] for r in batches]
     batches.clear()
-    stats = engine.stats.as_dict() | {"device_info": device_info(engine)}
+    stats = engine.stats.as_dict() | {"device_info": device_info(engine),
+                                      "prefix_cache": engine.prefix_cache_stats()}
     sock.send(channel.encode(kind, answers, stats, records))
 
 
