@@ -121,7 +121,8 @@ def serve(
                                      show_default=False),
     prefix_cache: int = typer.Option(None, "--prefix-cache", help="Prefixes (states) each worker keeps computed, "
                                      "least recently used out first; a request whose state is kept skips "
-                                     "computing it. 0 turns the cache off. [default: 4]", show_default=False),
+                                     "computing it; a request that misses pays for a second pass. 0: off. "
+                                     "[default: 0]", show_default=False),
     prefix_min_tokens: int = typer.Option(None, "--prefix-min-tokens", help="Shortest prefix worth caching, in "
                                           "tokens; shorter ones are computed each time in --layout. "
                                           "[default: 384]", show_default=False),

@@ -125,7 +125,7 @@ def test_cached_rows_leave_no_query_without_a_key(loaded_model):
 
 def test_only_prefixes_worth_caching_take_the_cached_path(loaded_model):
     engine = Engine(loaded_model("qwen3", "pointer"), EngineConfig(
-        max_batch_size=16, prefix_min_tokens=50, batch_policy="greedy", max_padding_waste=1.0,
+        max_batch_size=16, prefix_cache=4, prefix_min_tokens=50, batch_policy="greedy", max_padding_waste=1.0,
         max_packed_tokens=1 << 16))
     short = workloads.short(4, seed=1)
     long = [{**body, "state": " ".join(["payment", "late"] * 40)} for body in workloads.short(3, seed=2)]

@@ -15,7 +15,7 @@ def test_every_path_runs_and_leaves_no_trace(make_engine):
 
 
 def test_the_prefix_cache_path_is_warmed_then_emptied(make_engine):
-    engine = make_engine("qwen3_5", "choice", max_batch_size=4, prefix_min_tokens=64)
+    engine = make_engine("qwen3_5", "choice", max_batch_size=4, prefix_cache=4, prefix_min_tokens=64)
     paths = warm_up(engine)
     assert "2 question(s) alone, prefix cached" in paths
     assert engine.prefix_cache_stats() | {"max_entries": 0} == {

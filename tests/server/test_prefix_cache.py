@@ -12,7 +12,7 @@ BODIES = [{**body, "state": STATE} for body in workloads.short(4, seed=12)]
 
 
 def test_a_kept_state_is_not_computed_again_and_clear_cache_empties_every_worker(start_daemon):
-    daemon = start_daemon("--workers", "2", "--prefix-min-tokens", "16", "--max-batch-size", "1",
+    daemon = start_daemon("--workers", "2", "--prefix-cache", "4", "--prefix-min-tokens", "16", "--max-batch-size", "1",
                           "--metrics-port", "0")
     with daemon.client(timeout=60) as client:
         first = client.decide_many(BODIES)
