@@ -1,8 +1,13 @@
 """The decision engine: prompts → layouts → readouts, batched by group commit. No sockets.
 
 prompts.py   request → tokens (native delimiters or choice-token chat prompt)
-layouts.py   tokens → one forward pass (rows or packed)
+layouts.py   tokens → one forward pass (rows, packed, or shared: prefix, then branches from its cache)
+masks.py     attention masks in which every query row has a key (CUDA returns NaN where none is)
 readouts.py  hidden states → probabilities (pointer, lm_token, choice)
 batching.py  which requests share a pass, and who runs it (group commit)
+prefix_cache.py  prefixes already computed, kept LRU within entry and byte bounds
+cache_rows.py    decoder caches taken apart into request rows and joined back together
+faults.py    which failures stay with a request and which end the worker
+warmup.py    every path scored once before the worker reports ready
 engine.py    admit → batch → score → answers
 """

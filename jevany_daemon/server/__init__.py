@@ -7,6 +7,7 @@ workers.py     one worker as the supervisor sees it: hand-over, heartbeat and ba
 devices.py     device names, counting GPUs without torch, which GPUs each worker is shown
 worker.py      the worker process: load the model once, score what it is handed, heartbeat
 reload.py      load a new generation beside the serving one, switch, retire the old
+cache_clears.py  clear_cache across the pool: every worker empties its prefix cache, then one reply
 channel.py     the supervisor ↔ worker message shapes
 sockets.py     binding client sockets: ipc safety, socket modes, CURVE on TCP
 curve.py       CurveZMQ key files and the ZAP handler
