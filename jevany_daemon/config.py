@@ -3,6 +3,9 @@ from dataclasses import dataclass
 
 LAYOUTS = ("auto", "rows", "packed", "shared")
 BATCH_POLICIES = ("adaptive", "greedy")
+# Accelerate's placement strategies for one model over several GPUs (--device-map);
+# here, without torch, so the supervisor checks the setting and the worker uses it.
+DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
 
 
 # A CPU computes every padded token, so padding costs what real tokens cost,

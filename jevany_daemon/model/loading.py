@@ -92,7 +92,7 @@ def load_model(
 ) -> DecisionModel:
     """Load SOURCE (a local directory or an owner/name[@rev] hub id) as a DecisionModel.
 
-    With device_map (placement.DEVICE_MAPS), Accelerate spreads the model over the GPUs in device
+    With device_map (config.DEVICE_MAPS), Accelerate spreads the model over the GPUs in device
     (cuda: every visible one), each taking at most max_memory_gib.
     """
     source = str(source)

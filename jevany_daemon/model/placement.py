@@ -19,9 +19,9 @@ from dataclasses import dataclass
 
 import torch
 
+from jevany_daemon.config import DEVICE_MAPS
 from jevany_daemon.model.checkpoint import ModelLoadError
 
-DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")   # Accelerate's strategies
 GIB = 1 << 30
 _CUDA = re.compile(r"cuda(?::(\d+))?")
 

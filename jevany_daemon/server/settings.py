@@ -15,13 +15,12 @@ from pathlib import Path
 
 from jevany_client.endpoints import default_control_endpoint, default_endpoint
 
-from jevany_daemon.config import EngineConfig
+from jevany_daemon.config import DEVICE_MAPS, EngineConfig
 
 from . import devices as device_names
 
 READOUTS = ("choice", "pointer", "lm_token")
 DTYPES = ("fp32", "bf16", "fp16")
-DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")   # Accelerate's placement strategies
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 _ENDPOINT = re.compile(r"(ipc://.+|tcp://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.*-]+):\d{1,5})")
 _TCP_HOST = re.compile(r"tcp://\[?([^\]]*?)\]?:\d+")
