@@ -98,4 +98,30 @@ def blend(n: int, seed: int = 0) -> list[dict]:
     return out
 
 
+def same_state(n: int, seed: int = 0, per_state: int = 8) -> list[dict]:
+    """One question per request, per_state requests about each 600-token state, states interleaved:
+    request j asks about state j % states, as an eval suite's concurrent workers would."""
+    rng = random.Random(seed)
+    states = [_text(rng, _words_for(600)) for _ in range(max(1, n // per_state))]
+    return [{"state": states[j % len(states)], "questions": {"q": _question(rng, rng.choice(("choice", "noul", "score")), 6)}}
+            for j in range(n)]
+
+
+def agent(sessions: int, turns: int, seed: int = 0, start: tuple[int, int] = (100, 1400),
+          step: tuple[int, int] = (40, 80)) -> list[dict]:
+    """Agent sessions whose state (a transcript) grows by step tokens a turn, from start tokens.
+
+    Turn-major: request t * sessions + s is session s's turn t, so a client
+    given every sessions-th request plays one session in order.
+    """
+    rng = random.Random(seed)
+    transcripts = [_text(rng, _words_for(rng.randint(*start))) for _ in range(sessions)]
+    out = []
+    for _ in range(turns):
+        for s in range(sessions):
+            out.append({"state": transcripts[s], "questions": {"next": _question(rng, "choice", 6)}})
+            transcripts[s] += " " + _text(rng, _words_for(rng.randint(*step)))
+    return out
+
+
 WORKLOADS = {"short": short, "long_uneven": long_uneven, "multi_question": multi_question, "mixed": blend}

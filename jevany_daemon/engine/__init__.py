@@ -5,7 +5,8 @@ layouts.py   tokens → one forward pass (rows, packed, or shared: prefix, then 
 masks.py     attention masks in which every query row has a key (CUDA returns NaN where none is)
 readouts.py  hidden states → probabilities (pointer, lm_token, choice)
 batching.py  which requests share a pass, and who runs it (group commit)
-prefix_cache.py  prefixes already computed, kept LRU within entry and byte bounds
+prefix_cache.py  prefixes already computed, kept LRU within entry and byte bounds; the head pinned
+prefix_reuse.py  passes that continue from the longest kept prefix (one pass, or two on hybrid models)
 cache_rows.py    decoder caches taken apart into request rows and joined back together
 faults.py    which failures stay with a request and which end the worker
 warmup.py    every path scored once before the worker reports ready

@@ -34,6 +34,7 @@ from .layouts import PACKED_PROVEN, SHARED_PROVEN, PackedLayout, RowsLayout, Sha
 from .masks import per_layer_type
 from .policy import BatchPolicy
 from .prefix_cache import PrefixCache
+from .prefix_reuse import OnePass, TwoPass
 from .prompts import ChoiceEncoder, Encoded, Limits, NativeEncoder
 from .readouts import make_readout
 
@@ -120,13 +121,15 @@ class Engine:
     ):
         self.model, self.config, self.observer = model, config, observer
         self.layout = choose_layout(model, config.layout)
-        # A request whose prefix is worth caching runs in the shared layout's two passes, the
-        # second continuing from the cached prefix; the others run in the configured layout.
-        self.memory = (PrefixCache(config.prefix_cache, config.prefix_cache_bytes, config.prefix_min_tokens)
-                       if config.prefix_cache > 0 and model.model_type in SHARED_PROVEN else None)
-        self._remembering = SharedLayout()
         self.readout = make_readout(model)
         self.encoder = _make_encoder(model)
+        # With a prefix cache, every request without media continues from the longest
+        # prefix the cache holds (prefix_reuse.py); the configured layout serves the rest.
+        self.memory, self._reuse = None, None
+        if config.prefix_cache > 0 and model.model_type in SHARED_PROVEN:
+            self.memory = PrefixCache(config.prefix_cache, config.prefix_cache_bytes, config.prefix_min_tokens)
+            reuse = OnePass if model.model_type in PACKED_PROVEN and not model.hybrid else TwoPass
+            self._reuse = reuse(self.memory, getattr(self.encoder, "head", ()))
         window = model.context_window
         self.limits = Limits(min(config.max_state_tokens, window), min(config.max_branch_tokens, window), window)
         waste = config.max_padding_waste
@@ -156,7 +159,9 @@ class Engine:
                 )
         with self._tokenizer_lock:
             encoded = self.encoder.encode(request, self.limits)
-        shape = self._layout_for(encoded).shape(encoded)
+        # The configured layout's cost, cached or not: a request is admitted or refused
+        # the same whatever the cache holds at the moment.
+        shape = self.layout.shape(encoded)
         cost = shape.rows * shape.width + shape.prefix
         if cost > self.config.max_packed_tokens:
             raise ContextLengthError(f"request exceeds {self.config.max_packed_tokens} packed tokens: {cost}")
@@ -169,14 +174,15 @@ class Engine:
             )
 
     def pending(self, admitted: Admitted) -> Pending:
-        layout = self._layout_for(admitted.encoded)
+        layout = self._layout_for(admitted)
         shape = layout.shape(admitted.encoded)
         return Pending(admitted, shape.rows, shape.width, layout.real_tokens(admitted.encoded),
                        alone=bool(admitted.request.media), prefix=shape.prefix, group=layout.name)
 
-    def _layout_for(self, encoded: Encoded):
-        if self.memory is not None and self.memory.eligible(encoded.prefix):
-            return self._remembering
+    def _layout_for(self, admitted: Admitted):
+        # Media tokens are not in the ids a cache entry is keyed on: never cached.
+        if self._reuse is not None and not admitted.request.media:
+            return self._reuse
         return self.layout
 
     # --- the two ways in -------------------------------------------------
@@ -238,9 +244,8 @@ class Engine:
                 self.stats.non_finite += 1
             if is_out_of_memory(exc):
                 release_cached_memory()
-            if self.memory is not None:     # a prefix this pass used may be what broke it
-                for a in batch:
-                    self.memory.drop(a.encoded.prefix)
+            if self._reuse is not None:     # a prefix this pass used may be what broke it
+                self._reuse.forget([a.encoded for a in batch if self._layout_for(a) is self._reuse])
             if len(batch) == 1:
                 return [_as_jevany_error(exc)]
         self.stats.retried_alone += len(batch)
@@ -249,7 +254,7 @@ class Engine:
     def _forward(self, batch: list[Admitted]) -> list[dict]:
         encs = [a.encoded for a in batch]
         model = self.model
-        layout = self._layout_for(encs[0])      # one group per batch (batching.take_batch)
+        layout = self._layout_for(batch[0])     # one group per batch (batching.take_batch)
         real = sum(layout.real_tokens(e) for e in encs)
         width = max(layout.shape(e).width for e in encs)
         counts = [q.n_options for a in batch for q in a.request.questions]
@@ -259,9 +264,7 @@ class Engine:
         ok, padded = False, 0
         try:
             with torch.inference_mode():
-                remember = {"memory": self.memory} if layout is self._remembering else {}
-                gathered, padded = layout.forward(self._backbone, encs, self.pad_id, model.device, model.dtype,
-                                                  **remember)
+                gathered, padded = layout.forward(self._backbone, encs, self.pad_id, model.device, model.dtype)
                 probs = self.readout.probabilities(gathered, plan)
             _sync(model.device)
             check_finite(probs)    # CUDA kernels can return NaN where the CPU's return zeros
@@ -283,13 +286,13 @@ class Engine:
         return results
 
     def _backbone(self, *, attention_mask, padding_mask=None, return_cache: bool = False, cache=None, **inputs):
-        """The decoder: final hidden states, or (return_cache) the cache a later pass continues from."""
+        """The decoder's final hidden states; with return_cache, and the cache a later pass continues from."""
         if attention_mask.dim() == 4:
             attention_mask = per_layer_type(self.model.layer_types, attention_mask, padding_mask)
         if cache is not None:
             inputs["cache"] = cache
         out = self.model.backbone(**inputs, attention_mask=attention_mask, use_cache=return_cache)
-        return out.cache if return_cache else out.last_hidden_state
+        return (out.last_hidden_state, out.cache) if return_cache else out.last_hidden_state
 
     def _result(self, admitted: Admitted, probs, latency_ms, size, padded) -> dict:
         answers = {q.qid: shape_answer(q, p) for q, p in zip(admitted.request.questions, probs)}

@@ -26,7 +26,6 @@ from typing import Callable, NamedTuple
 
 import torch
 
-from .cache_rows import join_rows, take_rows
 from .masks import block_causal_mask, padded_causal_mask
 from .prompts import Encoded
 
@@ -35,7 +34,8 @@ from .prompts import Encoded
 PACKED_PROVEN = frozenset({"qwen3"})
 SHARED_PROVEN = frozenset({"qwen3", "qwen3_5_text"})
 
-# Runs the decoder: keyword arguments in, final hidden states [N, L, d] out.
+# Runs the decoder: keyword arguments in, final hidden states [N, L, d] out
+# (with return_cache=True: and the decoder cache a later pass continues from).
 # A 4D attention_mask comes with padding_mask, the 2D mask recurrent layers read.
 Backbone = Callable[..., torch.Tensor]
 
@@ -150,9 +150,7 @@ class SharedLayout:
     def real_tokens(enc: Encoded) -> int:
         return enc.packed_length
 
-    def forward(self, backbone: Backbone, encs: list[Encoded], pad_id: int, device, dtype, memory=None):
-        if memory is not None:
-            return self._forward_remembering(backbone, encs, pad_id, device, dtype, memory)
+    def forward(self, backbone: Backbone, encs: list[Encoded], pad_id: int, device, dtype):
         if all(len(e.branches) == 1 for e in encs):
             return RowsLayout().forward(backbone, encs, pad_id, device, dtype)   # nothing to share
         # Both passes' inputs go to the device before the first runs: a copy queued
@@ -162,32 +160,11 @@ class SharedLayout:
         prefix_ids, prefix_mask, prefix_pos, owners, ids, mask, pos, gather = (
             t.to(device) for t in (*prefixes, owners, *branches))
         # Left padding: a padded query has no real key before it, so it keeps its diagonal.
-        cache = backbone(input_ids=prefix_ids, attention_mask=padded_causal_mask(prefix_mask, dtype),
-                         padding_mask=prefix_mask, position_ids=prefix_pos, return_cache=True)
+        _, cache = backbone(input_ids=prefix_ids, attention_mask=padded_causal_mask(prefix_mask, dtype),
+                            padding_mask=prefix_mask, position_ids=prefix_pos, return_cache=True)
         cache.reorder_cache(owners)    # one copy of its request's state per question
         hidden = backbone(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache)
         return _gather(hidden, gather), prefix_ids.numel() + ids.numel()
-
-    def _forward_remembering(self, backbone: Backbone, encs: list[Encoded], pad_id: int, device, dtype, memory):
-        """The same two passes, with a prefix cache: a prefix it holds is not computed again,
-        identical prefixes in one batch are computed once, and what is computed is kept."""
-        rows = {e.prefix: memory.get(e.prefix) for e in encs}
-        missing = [prefix for prefix, row in rows.items() if row is None]
-        padded = 0
-        if missing:
-            ids, mask, pos = (t.to(device) for t in self._prefixes([_Prefix(p) for p in missing], pad_id))
-            cache = backbone(input_ids=ids, attention_mask=padded_causal_mask(mask, dtype), padding_mask=mask,
-                             position_ids=pos, return_cache=True)
-            padded = ids.numel()
-            for prefix, row in zip(missing, take_rows(cache, [len(p) for p in missing])):
-                rows[prefix] = row
-                memory.put(prefix, row)
-        cache, prefix_mask = join_rows([rows[e.prefix] for e in encs], [len(e.prefix) for e in encs])
-        owners, branches = self._branches(encs, pad_id, prefix_mask)
-        owners, ids, mask, pos, gather = (t.to(device) for t in (owners, *branches))
-        cache.reorder_cache(owners)
-        hidden = backbone(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache)
-        return _gather(hidden, gather), padded + ids.numel()
 
     @staticmethod
     def _branches(encs: list[Encoded], pad_id: int, prefix_mask: torch.Tensor):
@@ -221,8 +198,3 @@ class SharedLayout:
             mask[i, width - p:] = 1
             pos[i, width - p:] = torch.arange(p)
         return ids, mask, pos
-
-
-class _Prefix(NamedTuple):
-    """Just what _prefixes reads of an Encoded."""
-    prefix: tuple[int, ...]

@@ -51,6 +51,21 @@ def block_causal_mask(seg: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     return _additive(_with_diagonal(allowed), dtype)
 
 
+def continued_block_causal_mask(cached: torch.Tensor, seg: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
+    """block_causal_mask for a pass that continues a cache: additive [B,1,L,W+L].
+
+    cached [B,W] 0/1 marks each row's cached keys (left-padded); every real
+    query sees all of its row's, a padded query none (it has its diagonal).
+    """
+    width = seg.shape[1]
+    idx = torch.arange(width, device=seg.device)
+    causal = idx[None, :] <= idx[:, None]
+    key, query = seg[:, None, :], seg[:, :, None]
+    branches = _with_diagonal(causal & (key >= 0) & ((key == 0) | (key == query)))
+    sees_cached = cached.bool()[:, None, :] & (seg >= 0)[:, :, None]
+    return _additive(torch.cat([sees_cached, branches], dim=2), dtype)
+
+
 def per_layer_type(layer_types, attention: torch.Tensor, padding: torch.Tensor | None):
     """What the decoder takes as attention_mask: the 4D mask alone, or a mapping by layer type.
 

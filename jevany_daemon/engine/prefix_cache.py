@@ -2,45 +2,105 @@
 
 It knows token ids and cache objects, never sockets or requests. Entries are
 least-recently-used first out, bounded in number and in bytes, so a cache on
-a GPU cannot starve the batches of memory. A prefix shorter than
-min_tokens is not worth an entry: recomputing it costs less than the copy.
+a GPU cannot starve the batches of memory. A state shorter than min_tokens
+is not worth an entry of its own: recomputing it costs less than the copy.
+
+A lookup finds the longest entry the tokens start with, so a state that
+extends a kept one (an agent's next turn) computes only what is new. The
+prompt's head, the same in every request, is pinned: never evicted, never
+cleared, and outside the entry count.
 """
+import functools
+import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
 import torch
 
 
+def _locked(method):
+    # In-process callers estimate a request's cost (peek) on their own threads
+    # while the thread running a pass updates the cache.
+    @functools.wraps(method)
+    def run(self, *args, **kwargs):
+        with self._lock:
+            return method(self, *args, **kwargs)
+    return run
+
+
 @dataclass
 class Entry:
     cache: object     # a decoder cache holding one row: the prefix's keys, values and recurrent states
     nbytes: int
+    pinned: bool = False
 
 
 class PrefixCache:
     def __init__(self, max_entries: int, max_bytes: int, min_tokens: int):
         self.max_entries, self.max_bytes, self.min_tokens = max_entries, max_bytes, min_tokens
         self._entries: OrderedDict[tuple[int, ...], Entry] = OrderedDict()
-        self.bytes = 0
-        self.hits = self.misses = self.evictions = 0
+        self._lock = threading.RLock()
+        self.bytes = self._pinned = 0
+        self.reset()
 
     def eligible(self, tokens: tuple[int, ...]) -> bool:
         return len(tokens) >= self.min_tokens
 
-    def get(self, tokens: tuple[int, ...]):
-        """The cache computed for exactly these tokens, or None; a hit becomes the most recent."""
-        if not self.eligible(tokens):
-            return None
-        entry = self._entries.get(tokens)
-        if entry is None:
-            self.misses += 1
-            return None
-        self.hits += 1
-        self._entries.move_to_end(tokens)
-        return entry.cache
+    @_locked
+    def longest(self, tokens: tuple[int, ...]) -> tuple[int, object]:
+        """(n, cache) of the longest entry that tokens start with; (0, None) when none does.
 
-    def put(self, tokens: tuple[int, ...], cache) -> bool:
-        """Keep cache for tokens, evicting the least recent entries to stay within the bounds."""
+        The entry used becomes the most recent. A state worth an entry counts
+        a hit when it is held whole, else a miss; reused_tokens counts what
+        any lookup saved computing.
+        """
+        n, key = self._longest(tokens)
+        if self.eligible(tokens):
+            if n == len(tokens):
+                self.hits += 1
+            else:
+                self.misses += 1
+        if key is None:
+            return 0, None
+        self.reused_tokens += n
+        self._entries.move_to_end(key)
+        return n, self._entries[key].cache
+
+    @_locked
+    def peek(self, tokens: tuple[int, ...]) -> int:
+        """How many leading tokens an entry holds now; touches nothing (for cost estimates)."""
+        return self._longest(tokens)[0]
+
+    def _longest(self, tokens: tuple[int, ...]) -> tuple[int, tuple[int, ...] | None]:
+        if tokens in self._entries:
+            return len(tokens), tokens
+        best = None
+        for key in self._entries:
+            n = len(key)
+            # cheap tests first: most entries differ in their last token or are too long
+            if (n < len(tokens) and (best is None or n > len(best)) and tokens[n - 1] == key[-1]
+                    and tokens[:n] == key):
+                best = key
+        return (0, None) if best is None else (len(best), best)
+
+    @_locked
+    def get(self, tokens: tuple[int, ...]):
+        """The cache computed for exactly these tokens, or None (a hit becomes the most recent)."""
+        if tokens not in self._entries:
+            if self.eligible(tokens):
+                self.misses += 1
+            return None
+        return self.longest(tokens)[1]
+
+    @_locked
+    def put(self, tokens: tuple[int, ...], cache, extends: tuple[int, ...] | None = None) -> bool:
+        """Keep cache for tokens, evicting the least recent entries to stay within the bounds.
+
+        extends: the entry this one was computed from. It goes to the back of
+        the queue, first out when room is needed: an agent's last turn is
+        rarely asked about again once the next is in, but a shared context
+        that many states extend keeps its place while there is room.
+        """
         if not self.eligible(tokens):
             return False
         nbytes = cache_nbytes(cache)
@@ -49,40 +109,73 @@ class PrefixCache:
         self.drop(tokens)
         self._entries[tokens] = Entry(cache, nbytes)
         self.bytes += nbytes
-        while len(self._entries) > self.max_entries or self.bytes > self.max_bytes:
-            _, old = self._entries.popitem(last=False)
-            self.bytes -= old.nbytes
-            self.evictions += 1
+        if extends in self._entries and not self._entries[extends].pinned:
+            self._entries.move_to_end(extends, last=False)
+        self._evict()
         return True
 
+    @_locked
+    def pin(self, tokens: tuple[int, ...], cache) -> bool:
+        """Keep cache for tokens for good, whatever its length (the prompt's head), if the bytes allow."""
+        entry = Entry(cache, cache_nbytes(cache), pinned=True)
+        if entry.nbytes > self.max_bytes:
+            return False
+        self.drop(tokens)
+        self._entries[tokens] = entry
+        self.bytes += entry.nbytes
+        self._pinned += 1
+        self._evict()
+        return True
+
+    @_locked
+    def pinned(self) -> list[tuple[int, ...]]:
+        return [key for key, entry in self._entries.items() if entry.pinned]
+
+    def _evict(self) -> None:
+        while len(self) > self.max_entries or self.bytes > self.max_bytes:
+            victim = next((key for key, entry in self._entries.items() if not entry.pinned), None)
+            if victim is None:
+                return
+            self.drop(victim)
+            self.evictions += 1
+
+    @_locked
     def drop(self, tokens: tuple[int, ...]) -> None:
-        """Forget an entry (a pass that used it failed, so it may be what broke it)."""
+        """Forget an entry, pinned or not (a pass that used it failed, so it may be what broke it)."""
         entry = self._entries.pop(tokens, None)
         if entry is not None:
             self.bytes -= entry.nbytes
+            self._pinned -= entry.pinned
 
+    @_locked
     def reset(self) -> None:
-        """Empty, with counters at zero (after warm-up)."""
+        """Counters at zero and no states kept (after warm-up); a pinned head stays."""
         self.clear()
-        self.hits = self.misses = self.evictions = 0
+        self.hits = self.misses = self.evictions = self.reused_tokens = 0
 
+    @_locked
     def clear(self) -> int:
-        dropped = len(self._entries)
-        self._entries.clear()
-        self.bytes = 0
-        return dropped
+        """Forget every state; returns how many there were. A pinned head stays: no state is in it."""
+        states = [key for key, entry in self._entries.items() if not entry.pinned]
+        for key in states:
+            self.drop(key)
+        return len(states)
 
     def __len__(self) -> int:
-        return len(self._entries)
+        """States held (the pinned head is not one)."""
+        return len(self._entries) - self._pinned
 
+    @_locked
     def keys(self) -> list[tuple[int, ...]]:
-        """Least recent first."""
-        return list(self._entries)
+        """States held, least recent first."""
+        return [key for key, entry in self._entries.items() if not entry.pinned]
 
+    @_locked
     def stats(self) -> dict:
         return {"enabled": True, "size": len(self), "max_entries": self.max_entries, "bytes": self.bytes,
                 "max_bytes": self.max_bytes, "min_tokens": self.min_tokens, "hits": self.hits,
-                "misses": self.misses, "evictions": self.evictions}
+                "misses": self.misses, "evictions": self.evictions, "reused_tokens": self.reused_tokens,
+                "pinned_tokens": sum(len(key) for key in self.pinned())}
 
 
 def cache_nbytes(cache) -> int:

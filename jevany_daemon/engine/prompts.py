@@ -9,6 +9,7 @@ import json
 import re
 import string
 from dataclasses import dataclass
+from functools import cached_property
 
 from jevany_client.errors import ContextLengthError
 from jevany_client.render import native_options, render
@@ -39,6 +40,14 @@ class Encoded:
     prefix: tuple[int, ...]    # shared by every question (the state, or the common chat prefix)
     branches: tuple[Branch, ...]
     input_tokens: int          # what usage reports (JevAny's accounting, per prompt style)
+    # How many leading prefix tokens follow from the state alone (the prompt's
+    # head and the state, never a question): what the prefix cache keys on, so
+    # requests about one state share an entry whatever they ask. None: all of it.
+    stem_length: int | None = None
+
+    @property
+    def stem(self) -> tuple[int, ...]:
+        return self.prefix if self.stem_length is None else self.prefix[: self.stem_length]
 
     @property
     def row_lengths(self) -> list[int]:
@@ -162,8 +171,15 @@ class ChoiceEncoder:
         return text
 
     def prompt(self, request: DecisionRequest, question: Question) -> str:
+        return self._prompt(self._state_text(request), question)[0]
+
+    def _state_text(self, request: DecisionRequest) -> str:
+        return self.safe_text(_as_text(request.state, indent=1)).rstrip()
+
+    def _prompt(self, state: str, question: Question) -> tuple[str, int, int]:
+        """The prompt, and where in it the state starts and ends (characters)."""
         user = "\n".join([
-            self.safe_text(_as_text(request.state, indent=1)).rstrip(),
+            state,
             "",
             self.safe_text(_as_text(question.instructions)).rstrip(),
             "",
@@ -173,33 +189,68 @@ class ChoiceEncoder:
             CHOICE_ANSWER_LINE,
         ])
         if not self.chat:
-            return f"{CHOICE_SYSTEM_PROMPT}\n\n{user}\n"
-        messages = [{"role": "system", "content": CHOICE_SYSTEM_PROMPT}, {"role": "user", "content": user}]
-        return self.tokenizer.apply_chat_template(
-            messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
-        )
+            text = f"{CHOICE_SYSTEM_PROMPT}\n\n{user}\n"
+        else:
+            messages = [{"role": "system", "content": CHOICE_SYSTEM_PROMPT}, {"role": "user", "content": user}]
+            text = self.tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
+            )
+        # The user message ends with the options and the answer line, so it cannot
+        # also occur in what the template appends after it.
+        start = max(0, text.rfind(user))
+        return text, start, start + len(state)
+
+    @cached_property
+    def head(self) -> tuple[int, ...]:
+        """The tokens every prompt starts with, before the state (system prompt and chat header)."""
+        text, start, _ = self._prompt("x", Question("q", "noul", None, None))
+        ids, within = self._tokenize(text, start)
+        return tuple(ids[:within])
+
+    def _tokenize(self, text: str, end: int) -> tuple[list[int], int]:
+        """text's token ids, and how many of them lie wholly before character `end`.
+
+        A token that straddles `end` is not counted: what follows may merge
+        with it differently in another prompt.
+        """
+        if getattr(self.tokenizer, "is_fast", False):
+            out = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
+            ids, offsets = out["input_ids"], out["offset_mapping"]
+            within = 0
+            while within < len(ids) and offsets[within][1] <= end:
+                within += 1
+            return ids, within
+        ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
+        before = self.tokenizer(text[:end], add_special_tokens=False)["input_ids"]
+        within = 0
+        while within < min(len(ids), len(before)) - 1 and ids[within] == before[within]:
+            within += 1      # the last token of `before` may straddle, so it never counts
+        return ids, within
 
     def encode(self, request: DecisionRequest, limits: Limits) -> Encoded:
         self._check_state(request, limits.state)
         limit = min(limits.branch, limits.window)
-        texts = [self.prompt(request, q) for q in request.questions]
+        state = self._state_text(request)
+        spans = [self._prompt(state, q) for q in request.questions]
+        texts = [text for text, _, _ in spans]
         for text in texts:
             if _at_least(text, self.per_token) + 1 > limit:
                 raise ContextLengthError(f"choice prompt needs at least {_at_least(text, self.per_token) + 1} "
                                          f"tokens including the answer; limit {limit}")
-        prompts = [self.tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts]
+        first, stem = self._tokenize(texts[0], spans[0][2])
+        prompts = [first] + [self.tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts[1:]]
         for p in prompts:
             # The answer token must fit too, as JevAny counts it.
             if len(p) + 1 > limit:
                 raise ContextLengthError(f"choice prompt needs {len(p) + 1} tokens including the answer; limit {limit}")
         shared = _common_prefix_length(prompts)
         branches = tuple(Branch(tuple(p[shared:]), (len(p) - shared - 1,)) for p in prompts)
-        return Encoded(tuple(prompts[0][:shared]), branches, sum(len(p) for p in prompts))
+        return Encoded(tuple(prompts[0][:shared]), branches, sum(len(p) for p in prompts), min(stem, shared))
 
 
     def _check_state(self, request: DecisionRequest, limit: int) -> None:
         """max_state_tokens holds for this prompt too: the state's own tokens, as the user message holds it."""
-        state = self.safe_text(_as_text(request.state, indent=1)).rstrip()
+        state = self._state_text(request)
         if _at_least(state, self.per_token) > limit:
             raise ContextLengthError(f"state exceeds {limit} tokens: at least {_at_least(state, self.per_token)}")
         # A byte-level vocabulary never spends more than a token per byte, so a state
@@ -214,6 +265,8 @@ class ChoiceEncoder:
 def _common_prefix_length(prompts: list[list[int]]) -> int:
     # Every branch keeps at least its last token, the one the readout reads.
     limit = min(len(p) for p in prompts) - 1
+    if len(prompts) == 1:
+        return limit
     first = prompts[0]
     n = 0
     while n < limit and all(p[n] == first[n] for p in prompts):

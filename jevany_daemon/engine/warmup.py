@@ -42,7 +42,7 @@ def warm_up(engine: Engine) -> list[str]:
     paths = []
     for a in admitted:
         _run(engine, [a])
-        cached = engine.memory is not None and engine.memory.eligible(a.encoded.prefix)
+        cached = engine.memory is not None and engine.memory.eligible(a.encoded.stem)
         paths.append(f"{len(a.request.questions)} question(s) alone{', prefix cached' if cached else ''}")
     if len(admitted) > 1 and engine.config.max_batch_size > 1:
         _run(engine, admitted[:2])

@@ -39,7 +39,7 @@ class Metrics:
         self.ready = Gauge("jevany_ready", "1 while the daemon serves, 0 while starting or draining.", registry=r)
         # Gauges, not counters: the serving workers' own counts, which start again with a new worker.
         self.prefix_cache = Gauge("jevany_prefix_cache", "The serving workers' prefix caches, summed: entries, "
-                                  "bytes held, hits, misses and evictions.", ["what"], registry=r)
+                                  "bytes held, hits, misses, evictions and tokens not computed again.", ["what"], registry=r)
         self.model = Info("jevany_model", "The model being served.", registry=r)
         for cause in ("died", "hung"):
             self.restarts.labels(cause)       # series exist at 0, so a rate() has a start
@@ -79,7 +79,7 @@ class Metrics:
         self.ready.set(1 if ready else 0)
 
     def prefix_cache_stats(self, stats: dict) -> None:
-        for what in ("size", "bytes", "hits", "misses", "evictions"):
+        for what in ("size", "bytes", "hits", "misses", "evictions", "reused_tokens"):
             self.prefix_cache.labels(what).set(stats.get(what, 0))
 
     def describe_model(self, model: dict) -> None:

@@ -82,7 +82,9 @@ def prefix_cache(sup) -> dict:
     """The serving workers' prefix caches, summed: each worker keeps its own."""
     engine = sup.settings.engine
     reports = [w.stats.get("prefix_cache") or {} for w in sup.pool.serving() if w.stats]
-    total = {k: sum(r.get(k, 0) for r in reports) for k in ("size", "bytes", "hits", "misses", "evictions")}
+    total = {k: sum(r.get(k, 0) for r in reports) for k in ("size", "bytes", "hits", "misses", "evictions",
+                                                                 "reused_tokens")}
+    total["pinned_tokens"] = max((r.get("pinned_tokens", 0) for r in reports), default=0)   # the same head in each
     return {"enabled": engine.prefix_cache > 0, **total, "max_entries": engine.prefix_cache,
             "max_bytes": engine.prefix_cache_bytes, "min_tokens": engine.prefix_min_tokens}
 

@@ -26,14 +26,17 @@ CASES = [
     (arch, readout, layout)
     for arch in ("qwen3", "qwen3_5")
     for readout in ("choice", "pointer", "lm_token")
-    for layout in ("rows", "packed", "shared")
+    for layout in ("rows", "packed", "shared", "cached")
     if not (arch == "qwen3_5" and layout == "packed")     # never proven for recurrent layers
 ]
 
 
 def _engine(model, layout: str) -> Engine:
-    return Engine(model, EngineConfig(layout=layout, max_batch_size=len(REQUESTS), max_padding_waste=1.0,
-                                      batch_policy="greedy", max_packed_tokens=1 << 16))
+    """A layout with the prefix cache off; "cached": the prefix cache's passes, every state kept."""
+    cache = {"prefix_cache": len(REQUESTS), "prefix_min_tokens": 1} if layout == "cached" else {"prefix_cache": 0}
+    return Engine(model, EngineConfig(layout="auto" if layout == "cached" else layout, max_batch_size=len(REQUESTS),
+                                      max_padding_waste=1.0, batch_policy="greedy", max_packed_tokens=1 << 16,
+                                      **cache))
 
 
 @pytest.fixture(scope="module")
@@ -87,9 +90,11 @@ def test_the_emulation_turns_a_row_with_no_key_into_nan():
 def test_batched_equals_serial_under_cuda_attention(models, serial, arch, readout, layout):
     alone = serial(arch, readout)
     engine = _engine(models(arch, readout), layout)
-    admitted = [engine.admit(b) for b in REQUESTS]
     with cuda_like_sdpa() as seen:
-        batched = engine.score(admitted)
+        batched = engine.score([engine.admit(b) for b in REQUESTS])
+        if layout == "cached":     # the same again: every state a hit, continued from left-padded rows
+            batched = engine.score([engine.admit(b) for b in REQUESTS])
+            assert engine.memory.hits >= len(REQUESTS) // 2
     assert seen.calls > 0                                # the emulation sat in the attention path
     assert all(isinstance(r, dict) for r in alone + batched), [r for r in alone + batched if not isinstance(r, dict)]
     assert all(r["batch"]["size"] == len(REQUESTS) for r in batched)   # one pass, not rescored alone

@@ -12,9 +12,9 @@ REQUESTS = workloads.mixed(6, seed=3, max_words=12)
 
 
 def _engine(make_engine):
-    # packed: one row per request, so a decoder call's batch size is the number of requests
+    # packed, no prefix cache: one row per request, so a decoder call's batch size is the number of requests
     return make_engine("qwen3", "choice", layout="packed", max_batch_size=len(REQUESTS), max_padding_waste=1.0,
-                       batch_policy="greedy", max_packed_tokens=1 << 16)
+                       batch_policy="greedy", max_packed_tokens=1 << 16, prefix_cache=0)
 
 
 def _inject(engine, fault):

@@ -29,7 +29,7 @@ def serial(engine, bodies):
 )
 def test_batched_equals_serial(make_engine, arch, readout, layout):
     engine = make_engine(arch, readout, layout=layout, max_batch_size=16, max_padding_waste=1.0, batch_policy="greedy",
-                         max_packed_tokens=1 << 16)
+                         max_packed_tokens=1 << 16, prefix_cache=0)    # the cache's passes: test_prefix_cache.py
     assert engine.layout.name == layout
     alone = serial(engine, REQUESTS)
     before = engine.stats.batches
@@ -48,8 +48,8 @@ def test_batched_equals_serial(make_engine, arch, readout, layout):
     ("qwen3_5", "pointer", "shared"), ("qwen3_5", "choice", "shared"),
 ])
 def test_shared_state_layouts_equal_rows(make_engine, arch, readout, layout):
-    rows = make_engine(arch, readout, layout="rows", max_batch_size=8)
-    shared = make_engine(arch, readout, layout=layout, max_batch_size=8)
+    rows = make_engine(arch, readout, layout="rows", max_batch_size=8, prefix_cache=0)
+    shared = make_engine(arch, readout, layout=layout, max_batch_size=8, prefix_cache=0)
     a = rows.score([rows.admit(b) for b in REQUESTS])
     b = shared.score([shared.admit(b) for b in REQUESTS])
     report = compare(a, b)

@@ -91,6 +91,28 @@ def test_choice_questions_share_their_common_prefix(loaded_model):
     assert all(b.readout == (len(b.tokens) - 1,) for b in e.branches)
 
 
+def test_the_stem_is_the_head_and_the_state_whatever_is_asked(loaded_model):
+    """What the prefix cache keys on: requests about one state share a stem; a grown state's extends it."""
+    model = loaded_model("qwen3", "choice")
+    enc = ChoiceEncoder(model.tokenizer)
+    head = enc.head
+    assert model.tokenizer.decode(list(head)).endswith("<|im_start|>user\n") and "calibration" in \
+        model.tokenizer.decode(list(head))
+    state = "refund parcel late " * 12
+
+    def encoded(state, **questions):
+        return enc.encode(parse_decision({"state": state, "questions": questions}), ROOMY)
+
+    one = encoded(state, q={"type": "noul", "instructions": "is it late?"})
+    two = encoded(state, a={"type": "score", "criteria": ["x", "y"]}, b={"type": "noul"})
+    grown = encoded(state + "and then lost", q={"type": "noul", "instructions": "is it late?"})
+    assert one.stem == two.stem and one.stem[:len(head)] == head
+    assert model.tokenizer.decode(list(one.stem[len(head):])).strip() == state.strip()
+    assert len(one.prefix) > len(one.stem)          # the question's text is never part of it
+    assert grown.stem[:len(one.stem)] == one.stem and len(grown.stem) > len(one.stem)
+    assert head[:len(encoded("", q={"type": "noul"}).stem)] == encoded("", q={"type": "noul"}).stem   # no state: at most the head
+
+
 def test_single_question_keeps_its_last_token_in_the_branch(loaded_model):
     model = loaded_model("qwen3", "choice")
     e = ChoiceEncoder(model.tokenizer).encode(parse_decision({"state": "s", "questions": {"q": {"type": "noul"}}}), ROOMY)

@@ -18,9 +18,12 @@ def test_the_prefix_cache_path_is_warmed_then_emptied(make_engine):
     engine = make_engine("qwen3_5", "choice", max_batch_size=4, prefix_cache=4, prefix_min_tokens=64)
     paths = warm_up(engine)
     assert "2 question(s) alone, prefix cached" in paths
-    assert engine.prefix_cache_stats() | {"max_entries": 0} == {
+    head = engine.encoder.head
+    # no state is kept; the prompt's head stays, computed once for good
+    assert engine.prefix_cache_stats() | {"max_entries": 0, "bytes": 0} == {
         "enabled": True, "size": 0, "max_entries": 0, "bytes": 0, "max_bytes": 1 << 30, "min_tokens": 64,
-        "hits": 0, "misses": 0, "evictions": 0}
+        "hits": 0, "misses": 0, "evictions": 0, "reused_tokens": 0, "pinned_tokens": len(head)}
+    assert engine.memory.pinned() == [head] and engine.memory.bytes > 0
 
 
 def test_without_batching_there_is_no_batched_path(make_engine):
@@ -30,7 +33,12 @@ def test_without_batching_there_is_no_batched_path(make_engine):
 def test_a_model_that_scores_nan_fails_with_the_reason(make_engine):
     engine = make_engine("qwen3", "choice")
     real = engine._backbone
-    engine._backbone = lambda **inputs: real(**inputs) * float("nan")
+
+    def nan(**inputs):
+        out = real(**inputs)
+        return (out[0] * float("nan"), out[1]) if isinstance(out, tuple) else out * float("nan")
+
+    engine._backbone = nan
     with pytest.raises(WarmUpError, match="non-finite"):
         warm_up(engine)
 

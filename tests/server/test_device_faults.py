@@ -57,7 +57,8 @@ def test_a_poisoned_device_ends_its_worker_and_a_fresh_one_serves(faulty_daemon)
 
 
 def test_out_of_memory_rescores_alone_and_the_worker_keeps_serving(faulty_daemon):
-    daemon, triggers = faulty_daemon("--max-batch-size", "16", "--batch-policy", "greedy")
+    # no prefix cache: it would run twelve requests on one state as a single row
+    daemon, triggers = faulty_daemon("--max-batch-size", "16", "--batch-policy", "greedy", "--prefix-cache", "0")
     bodies = [BODY] * 12                  # one width, so whatever queues behind the first forms one batch
     with daemon.client(timeout=60, retries=0) as client:
         expected = _one(client)
