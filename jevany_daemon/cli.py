@@ -119,13 +119,14 @@ def serve(
     batch_policy: str = typer.Option(None, "--batch-policy", help="adaptive: batch a length class only where "
                                      "batched passes measured faster; greedy: always. [default: adaptive]",
                                      show_default=False),
-    prefix_cache: int = typer.Option(None, "--prefix-cache", help="Prefixes (states) each worker keeps computed, "
-                                     "least recently used out first; a request whose state is kept skips "
-                                     "computing it; a request that misses pays for a second pass. 0: off. "
-                                     "[default: 0]", show_default=False),
-    prefix_min_tokens: int = typer.Option(None, "--prefix-min-tokens", help="Shortest prefix worth caching, in "
-                                          "tokens; shorter ones are computed each time in --layout. "
-                                          "[default: 384]", show_default=False),
+    prefix_cache: int = typer.Option(None, "--prefix-cache", help="States each worker keeps computed, least "
+                                     "recently used out first. A request computes only what the longest kept "
+                                     "prefix of its prompt lacks (the prompt's head is always kept); size it to "
+                                     "the states in use at once, e.g. an agent's sessions. 0: off. "
+                                     "[default: 4]", show_default=False),
+    prefix_min_tokens: int = typer.Option(None, "--prefix-min-tokens", help="Shortest state worth an entry, in "
+                                          "tokens (the prompt's head and the state); shorter ones are computed "
+                                          "each time, after the kept head. [default: 384]", show_default=False),
     prefix_cache_bytes: int = typer.Option(None, "--prefix-cache-bytes", help="Bytes the prefix cache may hold "
                                            "per worker (on the model's device), so it cannot starve the "
                                            "batches. [default: 1073741824]", show_default=False),

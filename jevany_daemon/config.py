@@ -37,12 +37,10 @@ class EngineConfig:
     # adaptive: batch a width class only while batched passes measure at least
     # as fast per token as single ones (engine/policy.py); greedy: always batch.
     batch_policy: str = "adaptive"
-    # The prefix cache (JevAny's names): entries kept, the shortest prefix worth
-    # one, and a bound in bytes so a cache on a GPU cannot starve the batches.
-    # Off by default, unlike JevAny's 4: a request that misses pays for two
-    # passes instead of one, measured 1.09x (qwen3) and 1.21x (qwen3_5) the
-    # cold p50 on this CPU with ~600-token states.
-    prefix_cache: int = 0
+    # The prefix cache (JevAny's names and default): states kept, the shortest
+    # state worth keeping, and a bound in bytes so a cache on a GPU cannot
+    # starve the batches. 0 turns it off, the prompt's kept head included.
+    prefix_cache: int = 4
     prefix_min_tokens: int = 384
     prefix_cache_bytes: int = 1 << 30
 
