@@ -1,7 +1,8 @@
 """The jevany-daemon benchmark: batching through a real daemon, against in-process references, plus parity.
 
-    python benchmarks/bench.py                     # full CPU run (< 10 min on 2 cores)
-    python benchmarks/bench.py --quick             # < 2 min
+    python benchmarks/bench.py                     # full CPU run
+    python benchmarks/bench.py --quick             # fewer requests and rounds
+    python benchmarks/bench.py --workloads choice_short choice_long same_state agent   # the prefix cache only
     python benchmarks/bench.py --device cuda --dtype bf16 --shape 0.8b --arch qwen3_5   # on a GPU host
 
 Everything is compared within this one run (daemon vs in-process, batched vs
@@ -15,6 +16,10 @@ both daemons (max_batch_size 1 and --batch) stay up side by side, and:
   each daemon, on the same requests; a target's ratio is taken within each
   round, then the median over rounds.
 
+The prefix cache's workloads (choice_short, choice_long, same_state, agent)
+run on the default choice readout through three more daemons, cache on and
+off: see prefix_cache_bench.py.
+
 In-process means what a caller of the engine pays: validation, tokenization
 and the forward pass. Clients are separate processes (benchmarks/loadgen.py)
 that import jevany-client and never torch.
@@ -27,27 +32,20 @@ import json
 import os
 import platform
 import shlex
-import signal
-import socket
 import statistics
-import subprocess
-import sys
 import tempfile
-import time
-from multiprocessing.connection import Connection
 from pathlib import Path
 
 import torch
 
-from jevany_client import JevClient, JevTimeoutError
+import prefix_cache_bench
+from harness import HERE, ClientPool, Daemon, median, percentile, timed
 from jevany_daemon import workloads
 from jevany_daemon.config import EngineConfig
 from jevany_daemon.engine.engine import Engine
 from jevany_daemon.model.loading import load_model
 from jevany_daemon.model.tiny import build_tiny_model
 from jevany_daemon.parity import compare
-
-HERE = Path(__file__).resolve().parent
 
 
 # --- models ---------------------------------------------------------------
@@ -70,12 +68,6 @@ class Models:
 
 def engine(model, **settings) -> Engine:
     return Engine(model, EngineConfig(**settings))
-
-
-def timed(fn):
-    started = time.perf_counter()
-    out = fn()
-    return out, time.perf_counter() - started
 
 
 # --- parity ---------------------------------------------------------------
@@ -136,123 +128,6 @@ class InProcess:
         _, t = timed(lambda: [self.ideal.score([self.ideal.admit(b) for b in bodies[i: i + self.batch]])
                               for i in range(0, len(bodies), self.batch)])
         return len(bodies) / t
-
-
-def percentile(values: list, q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
-
-
-def median(values: list) -> float:
-    return statistics.median(values) if values else 0.0
-
-
-# --- the daemon -----------------------------------------------------------
-
-def cpu_seconds(pids) -> float | None:
-    """CPU time (user + system, all threads) the processes have used so far; None off Linux."""
-    total = 0.0
-    for pid in pids:
-        try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            return None
-        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-    return total
-
-
-def process_tree(pid: int) -> list[int]:
-    """pid and its descendants (the supervisor and its workers), from /proc; [pid] off Linux."""
-    pids, children = [pid], {}
-    for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
-            fields = stat.read_text().rsplit(")", 1)[1].split()
-        except OSError:
-            continue
-        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    for p in pids:
-        pids.extend(children.get(p, []))
-    return pids
-
-
-class Daemon:
-    def __init__(self, model_dir: Path, args, batch: int, policy: str):
-        self.batch = batch
-        self.dir = Path(tempfile.mkdtemp(prefix="jv-bd-"))
-        self.endpoint = f"ipc://{self.dir}/d.sock"
-        env = {**os.environ, "JEVANY_BATCH_POLICY": policy, "JEVANY_LOG_LEVEL": "WARNING"}
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "jevany_daemon", "serve", "--model", str(model_dir), "--bind", self.endpoint,
-             "--control", "", "--max-batch-size", str(batch), "--device", args.device, "--dtype", args.dtype,
-             "--max-queue", "4096", *args.serve_args], env=env)
-        deadline = time.monotonic() + 600
-        with JevClient(self.endpoint, timeout=1) as c:
-            while time.monotonic() < deadline:
-                if self.proc.poll() is not None:
-                    raise RuntimeError("daemon exited during start-up")
-                try:
-                    if c.status()["state"] == "ready":
-                        break
-                except JevTimeoutError:
-                    continue
-                time.sleep(0.2)    # loading; poll again
-            else:
-                raise RuntimeError("daemon not ready")
-        self.client = JevClient(self.endpoint, timeout=600, retries=0)
-
-    def batching(self) -> dict:
-        return self.client.status()["batching"]
-
-    def stop(self) -> None:
-        self.client.close()
-        self.proc.send_signal(signal.SIGTERM)
-        self.proc.wait(120)
-
-
-class ClientPool:
-    """Client processes (benchmarks/loadgen.py), started once and reused by every measurement."""
-
-    def __init__(self, n: int):
-        self.conns, self.procs = [], []
-        for _ in range(n):
-            ours, theirs = socket.socketpair()
-            self.procs.append(subprocess.Popen([sys.executable, str(HERE / "loadgen.py"), str(theirs.fileno())],
-                                               pass_fds=[theirs.fileno()]))
-            theirs.close()
-            self.conns.append(Connection(ours.detach()))
-        for c in self.conns:     # all interpreters up before anything is timed
-            assert c.recv() == "started"
-
-    def run(self, daemon: Daemon, bodies: list, concurrency: int) -> dict:
-        """Every body once, from `concurrency` closed-loop clients; throughput, latency, and what the daemon did."""
-        conns = self.conns[:concurrency]
-        for k, c in enumerate(conns):
-            c.send((daemon.endpoint, bodies[k::concurrency]))
-        for c in conns:
-            assert c.recv() == "ready"
-        groups = [[daemon.proc.pid], process_tree(daemon.proc.pid)[1:], [p.pid for p in self.procs[:concurrency]]]
-        before = daemon.batching()
-        cpu_before = [cpu_seconds(g) for g in groups]
-        started = time.perf_counter()
-        for c in conns:
-            c.send("go")
-        latencies = [t for c in conns for t in c.recv()]
-        elapsed = time.perf_counter() - started
-        cpu_after = [cpu_seconds(g) for g in groups]
-        after = daemon.batching()
-        passes = after["batches"] - before["batches"]
-        # cores' worth of CPU the supervisor, the workers and the client processes used
-        cores = [None if a is None or b is None else (b - a) / elapsed for a, b in zip(cpu_before, cpu_after)]
-        return {"rps": len(bodies) / elapsed, "latencies": latencies,
-                "mean_batch_size": (after["requests"] - before["requests"]) / max(1, passes),
-                "busy": (after["busy_s"] - before["busy_s"]) / elapsed,
-                "supervisor_cores": cores[0], "worker_cores": cores[1], "client_cores": cores[2]}
-
-    def close(self) -> None:
-        for c in self.conns:
-            c.send(None)
-        for p in self.procs:
-            p.wait(10)
 
 
 def summary(batch: int, concurrency: int, runs: list[dict], tokens: float) -> dict:
@@ -427,7 +302,10 @@ def run(args) -> dict:
     for row in result["parity"]:
         print(f"  {row['arch']:8} {row['readout']:8} {row['layout']:6} {row['dtype']}: max {row['max_abs_diff']:.2e}"
               f"  mean {row['mean_abs_diff']:.2e}  decisions changed {row['decisions_changed']}", flush=True)
+    cache_names = [w for w in args.workloads if w in prefix_cache_bench.CACHE_WORKLOADS]
     if args.parity_only:
+        if cache_names:
+            result["prefix_cache"] = {"parity": prefix_cache_bench.cache_parity(models, PARITY_CASES, args)}
         return result
 
     model_dir = models.dir(args.arch, "pointer")
@@ -437,10 +315,16 @@ def run(args) -> dict:
     result["workloads"] = {}
     try:
         # both up side by side for the whole run, serving every workload in turn like a long-lived daemon
-        for b in (1, args.batch):
+        names = [w for w in args.workloads if w in workloads.WORKLOADS]
+        for b in (1, args.batch) if names else ():
             daemons[b] = Daemon(model_dir, args, b, args.policy)
-        for name in args.workloads:
+        for name in names:
             result["workloads"][name] = measure_workload(name, model, daemons, args, pool, n[name])
+        for d in list(daemons.values()):
+            d.stop()
+            daemons.pop(d.batch)
+        if cache_names and pool is not None:
+            result["prefix_cache"] = prefix_cache_bench.run(models, args, cache_names, pool, PARITY_CASES)
     finally:
         for d in daemons.values():
             d.stop()
@@ -482,6 +366,7 @@ def targets(result: dict) -> list[dict]:
         ratio = ws["multi_question"]["ratios"]["state_once_over_rows"]
         add("5 multi-question: state run once (packed or shared) / plain rows throughput", ratio, ">= 2.0",
             ratio >= 2.0)
+    prefix_cache_bench.targets(result.get("prefix_cache", {}), add)
     return out
 
 
@@ -528,7 +413,11 @@ def main() -> None:
     p.add_argument("--arch", default="qwen3", choices=("qwen3", "qwen3_5"), help="model for the throughput runs")
     p.add_argument("--batch", type=int, default=32, help="max_batch_size of the batched runs")
     p.add_argument("--policy", default="adaptive", choices=("adaptive", "greedy"))
-    p.add_argument("--workloads", nargs="+", default=list(workloads.WORKLOADS), choices=list(workloads.WORKLOADS))
+    every = [*workloads.WORKLOADS, *prefix_cache_bench.CACHE_WORKLOADS]
+    p.add_argument("--workloads", nargs="+", default=every, choices=every,
+                   help="the batching workloads (pointer readout) and the prefix cache's (choice readout)")
+    p.add_argument("--cache-entries", type=int, default=64,
+                   help="--prefix-cache of the cache-on daemons (the agent workload has 32 sessions)")
     p.add_argument("--parity-n", type=int, help="requests per parity case [default: 64, --quick 24]")
     p.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1),
                    help="torch threads of the in-process references")
@@ -537,7 +426,7 @@ def main() -> None:
     p.add_argument("--out-dir", type=Path, default=HERE / "results")
     p.add_argument("--name", help="result file stem [default: DEVICE-DTYPE-SHAPE[-quick]]")
     args = p.parse_args()
-    if args.idle_only and args.workloads == list(workloads.WORKLOADS):
+    if args.idle_only and args.workloads == every:
         args.workloads = ["short"]
     result = run(args)
     args.out_dir.mkdir(parents=True, exist_ok=True)

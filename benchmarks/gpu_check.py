@@ -66,8 +66,8 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 try:
     import torch
 
-    from bench import (ClientPool, Daemon, InProcess, engine, idle_latency, median, percentile, process_tree,
-                       real_tokens, summary)
+    from bench import InProcess, engine, idle_latency, real_tokens, summary
+    from harness import ClientPool, Daemon, median, percentile, process_tree
     from jevany_client.errors import JevanyError
     from jevany_daemon import workloads
     from jevany_daemon.model.loading import load_model

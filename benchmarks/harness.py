@@ -1,0 +1,156 @@
+"""What the benchmarks share: timing, daemons started for a run, and a pool of client processes.
+
+A Daemon is a real `jevany_daemon serve` on an ipc socket in a temporary
+directory; a ClientPool is real processes (loadgen.py) that import
+jevany-client and never torch, started once and reused by every measurement.
+"""
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from multiprocessing.connection import Connection
+from pathlib import Path
+
+from jevany_client import JevClient, JevTimeoutError
+
+HERE = Path(__file__).resolve().parent
+
+
+def timed(fn):
+    started = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - started
+
+
+def percentile(values: list, q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(q * len(ordered)))] if ordered else 0.0
+
+
+def median(values: list) -> float:
+    return statistics.median(values) if values else 0.0
+
+
+# --- the daemon -----------------------------------------------------------
+
+def cpu_seconds(pids) -> float | None:
+    """CPU time (user + system, all threads) the processes have used so far; None off Linux."""
+    total = 0.0
+    for pid in pids:
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            return None
+        total += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return total
+
+
+def process_tree(pid: int) -> list[int]:
+    """pid and its descendants (the supervisor and its workers), from /proc; [pid] off Linux."""
+    pids, children = [pid], {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
+    for p in pids:
+        pids.extend(children.get(p, []))
+    return pids
+
+
+class Daemon:
+    def __init__(self, model_dir: Path, args, batch: int, policy: str, extra: tuple[str, ...] = ()):
+        self.batch = batch
+        self.dir = Path(tempfile.mkdtemp(prefix="jv-bd-"))
+        self.endpoint = f"ipc://{self.dir}/d.sock"
+        env = {**os.environ, "JEVANY_BATCH_POLICY": policy, "JEVANY_LOG_LEVEL": "WARNING"}
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "jevany_daemon", "serve", "--model", str(model_dir), "--bind", self.endpoint,
+             "--control", "", "--max-batch-size", str(batch), "--device", args.device, "--dtype", args.dtype,
+             "--max-queue", "4096", *args.serve_args, *extra], env=env)
+        try:
+            self._wait_ready()
+        except BaseException:
+            self.proc.kill()     # a daemon that never came up must not outlive the run
+            self.proc.wait()
+            raise
+        self.client = JevClient(self.endpoint, timeout=600, retries=0)
+
+    def _wait_ready(self) -> None:
+        deadline = time.monotonic() + 600
+        with JevClient(self.endpoint, timeout=1) as c:
+            while time.monotonic() < deadline:
+                if self.proc.poll() is not None:
+                    raise RuntimeError("daemon exited during start-up")
+                try:
+                    if c.status()["state"] == "ready":
+                        break
+                except JevTimeoutError:
+                    continue
+                time.sleep(0.2)    # loading; poll again
+            else:
+                raise RuntimeError("daemon not ready")
+
+    def batching(self) -> dict:
+        return self.client.status()["batching"]
+
+    def prefix_cache(self) -> dict:
+        return self.client.status()["prefix_cache"]
+
+    def stop(self) -> None:
+        self.client.close()
+        self.proc.send_signal(signal.SIGTERM)
+        self.proc.wait(120)
+
+
+class ClientPool:
+    """Client processes (benchmarks/loadgen.py), started once and reused by every measurement."""
+
+    def __init__(self, n: int):
+        self.conns, self.procs = [], []
+        for _ in range(n):
+            ours, theirs = socket.socketpair()
+            self.procs.append(subprocess.Popen([sys.executable, str(HERE / "loadgen.py"), str(theirs.fileno())],
+                                               pass_fds=[theirs.fileno()]))
+            theirs.close()
+            self.conns.append(Connection(ours.detach()))
+        for c in self.conns:     # all interpreters up before anything is timed
+            assert c.recv() == "started"
+
+    def run(self, daemon: Daemon, bodies: list, concurrency: int) -> dict:
+        """Every body once, from `concurrency` closed-loop clients; throughput, latency, and what the daemon did."""
+        conns = self.conns[:concurrency]
+        for k, c in enumerate(conns):
+            c.send((daemon.endpoint, bodies[k::concurrency]))
+        for c in conns:
+            assert c.recv() == "ready"
+        groups = [[daemon.proc.pid], process_tree(daemon.proc.pid)[1:], [p.pid for p in self.procs[:concurrency]]]
+        before = daemon.batching()
+        cpu_before = [cpu_seconds(g) for g in groups]
+        started = time.perf_counter()
+        for c in conns:
+            c.send("go")
+        latencies = [t for c in conns for t in c.recv()]
+        elapsed = time.perf_counter() - started
+        cpu_after = [cpu_seconds(g) for g in groups]
+        after = daemon.batching()
+        passes = after["batches"] - before["batches"]
+        # cores' worth of CPU the supervisor, the workers and the client processes used
+        cores = [None if a is None or b is None else (b - a) / elapsed for a, b in zip(cpu_before, cpu_after)]
+        return {"rps": len(bodies) / elapsed, "latencies": latencies,
+                "mean_batch_size": (after["requests"] - before["requests"]) / max(1, passes),
+                "busy": (after["busy_s"] - before["busy_s"]) / elapsed,
+                "supervisor_cores": cores[0], "worker_cores": cores[1], "client_cores": cores[2]}
+
+    def close(self) -> None:
+        for c in self.conns:
+            c.send(None)
+        for p in self.procs:
+            p.wait(10)
+
+
