@@ -39,13 +39,31 @@ def decide_body(
     model: str | None = None,
     media: Iterable[Media | dict] | None = None,
 ) -> dict[str, Any]:
-    """The wire body of a `decide` request, as JevClient.decide_many takes it."""
+    """The wire body of a `decide` request (decide_many takes these, or the same with typed questions)."""
     body: dict[str, Any] = {"state": state, "questions": questions_to_wire(questions)}
     if model is not None:
         body["model"] = model
     if media is not None:
         body["media"] = [_media_to_wire(item) for item in media]
     return body
+
+
+def _as_wire_body(body: Any) -> Any:
+    """A decide body whose questions (and media) may be typed, as the wire carries it.
+
+    What is not a body map at all is left for the daemon to refuse, in place.
+    """
+    if not isinstance(body, Mapping):
+        return body
+    wire = dict(body)
+    questions = wire.get("questions")
+    if isinstance(questions, Mapping) and all(isinstance(q, (Choice, Noul, Score, Mapping))
+                                              for q in questions.values()):
+        wire["questions"] = questions_to_wire(questions)
+    media = wire.get("media")
+    if isinstance(media, (list, tuple)) and all(isinstance(m, (Media, Mapping)) for m in media):
+        wire["media"] = [_media_to_wire(item) for item in media]
+    return wire
 
 
 def _media_to_wire(item: Media | dict) -> dict:
@@ -153,12 +171,15 @@ class JevClient:
     ) -> list:
         """Pipeline many `decide` bodies over the one socket; results in request order.
 
+        A body is what decide_body() returns, or the same map written by hand;
+        its questions may be Choice, Noul and Score objects or plain maps.
+
         `timeout` bounds the whole batch, retries included; only the requests that
         failed retryably are sent again. With return_exceptions, each failed
         request holds its JevanyError in place; otherwise the first failure (in
         request order) is raised once every reply is in or the time is up.
         """
-        bodies = list(requests)
+        bodies = [_as_wire_body(body) for body in requests]
         wait = self._wait(timeout)
         results = self._attempts(
             "decide", bodies, wait, _REMAINING, raise_unsendable=not return_exceptions

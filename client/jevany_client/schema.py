@@ -76,7 +76,9 @@ def _key_list(keys: Any) -> list[str]:
 def _reject_unknown(value: dict, allowed: frozenset, where: str) -> None:
     unknown = set(value) - allowed
     if unknown:
-        raise _bad(where, f"unknown keys: {_key_list(unknown)}")
+        # JevAny's wording first (callers match on it), then what would have been accepted.
+        hint = " (a question's options go in criteria: see docs/REQUESTS.md)" if "options" in unknown else ""
+        raise _bad(where, f"unknown keys: {_key_list(unknown)}; allowed: {sorted(allowed)}{hint}")
 
 
 def parse_decision(body: Any) -> DecisionRequest:

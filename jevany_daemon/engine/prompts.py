@@ -235,14 +235,16 @@ class ChoiceEncoder:
         texts = [text for text, _, _ in spans]
         for text in texts:
             if _at_least(text, self.per_token) + 1 > limit:
-                raise ContextLengthError(f"choice prompt needs at least {_at_least(text, self.per_token) + 1} "
-                                         f"tokens including the answer; limit {limit}")
+                raise ContextLengthError(f"the choice readout's prompt needs at least "
+                                         f"{_at_least(text, self.per_token) + 1} tokens including the answer; "
+                                         f"limit {limit}")
         first, stem = self._tokenize(texts[0], spans[0][2])
         prompts = [first] + [self.tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts[1:]]
         for p in prompts:
             # The answer token must fit too, as JevAny counts it.
             if len(p) + 1 > limit:
-                raise ContextLengthError(f"choice prompt needs {len(p) + 1} tokens including the answer; limit {limit}")
+                raise ContextLengthError(f"the choice readout's prompt needs {len(p) + 1} tokens including the "
+                                         f"answer; limit {limit}")
         shared = _common_prefix_length(prompts)
         branches = tuple(Branch(tuple(p[shared:]), (len(p) - shared - 1,)) for p in prompts)
         return Encoded(tuple(prompts[0][:shared]), branches, sum(len(p) for p in prompts), min(stem, shared))

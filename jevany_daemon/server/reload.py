@@ -43,8 +43,9 @@ class Reloads:
             return
         sup = self.sup
         if sup.state != "ready":
-            why = "the daemon is draining" if sup.state == "draining" else "the daemon is still starting"
-            err_cls = ShuttingDownError if sup.state == "draining" else InternalError
+            stopping = sup.state in ("draining", "drained")
+            why = f"the daemon is {sup.state}" if stopping else "the daemon is still starting"
+            err_cls = ShuttingDownError if stopping else InternalError
             return self._refuse(waiter, cause, err_cls(f"reload refused: {why}"))
         try:
             settings, needs_restart = sup.settings.with_reloaded(self.fresh_settings())

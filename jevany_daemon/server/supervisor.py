@@ -293,6 +293,8 @@ class Supervisor:
         self._drain_waiters.clear()
         if self._exiting:
             self.done = True
+        else:
+            self.state = "drained"      # what status says from now on: nothing left, nothing taken
 
     def report(self) -> None:
         now = self.clock()
@@ -341,8 +343,8 @@ class Supervisor:
             self.send(sock, envelope, ok_reply(request.id, result))
 
     def op_decide(self, sock, envelope, request, received, payload):
-        if self.state == "draining":
-            raise ShuttingDownError("the daemon is draining and takes no new work")
+        if self.state in ("draining", "drained"):
+            raise ShuttingDownError(f"the daemon is {self.state} and takes no new work")
         if self._failure:
             raise ShuttingDownError("the daemon is stopping")
         parse_decision(request.body)      # reject bad bodies here, before they take a queue slot
@@ -389,7 +391,7 @@ class Supervisor:
         return None    # the reply comes when the new workers serve, or the reload fails
 
     def begin_drain(self, exiting: bool, cause: str) -> None:
-        if self.state != "draining":
+        if self.state not in ("draining", "drained"):
             event(log, "drain", cause=cause, queued=len(self.queue), inflight=self.pool.inflight())
             self.notifier.stopping(f"draining: {cause}")
             self.reloads.cancel("the daemon began draining")

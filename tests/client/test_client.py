@@ -129,6 +129,18 @@ def test_decide_many_returns_request_order_though_replies_come_reversed(client):
     assert orders == sorted(orders, reverse=True)  # the last request was answered first
 
 
+def test_decide_many_takes_what_decide_takes(client):
+    """Typed questions in a body written by hand are sent as their wire form, as decide sends them."""
+    typed = {"state": "s", "questions": {"pick": Choice(["red", "blue"]), "ok": {"type": "noul"}}}
+    results = client.decide_many([typed, decide_body("t", QUESTIONS)])
+    assert [r["questions"] for r in results] == [
+        {"pick": {"type": "choice", "criteria": {"red": None, "blue": None}}, "ok": {"type": "noul"}},
+        decide_body("t", QUESTIONS)["questions"]]
+    assert typed["questions"]["pick"] == Choice(["red", "blue"])     # the caller's body is left as it was
+    oddity = client.decide_many([{"state": "s", "questions": {"q": 3}}], return_exceptions=True)
+    assert oddity[0]["questions"] == {"q": 3}       # not a question: the daemon's to refuse, in place
+
+
 def test_decide_many_errors_in_place_or_raised_after_collecting(client):
     bodies = [decide_body(s, QUESTIONS) for s in ("a", "error:overloaded", "c", "error:internal")]
     results = client.decide_many(bodies, return_exceptions=True)

@@ -99,7 +99,7 @@ def test_body_must_be_a_map(value):
 
 
 def test_unknown_body_keys_are_named():
-    rejects(body(stream=True), r"^body: unknown keys: \['stream'\]")
+    rejects(body(stream=True), r"^body: unknown keys: \['stream'\]; allowed: \['media', 'model', 'questions', 'state'\]$")
 
 
 def test_non_string_body_key():
@@ -148,6 +148,9 @@ def test_question_must_be_a_map():
 
 def test_unknown_question_keys_are_named():
     rejects(with_question({"type": "noul", "label": 0}), r"^questions.q: unknown keys: \['label'\]")
+    rejects(with_question({"type": "choice", "options": ["a", "b"]}),
+            r"^questions.q: unknown keys: \['options'\]; allowed: \['criteria', 'instructions', 'type'\] "
+            r"\(a question's options go in criteria: see docs/REQUESTS.md\)$")
 
 
 def test_question_type_is_required():

@@ -77,7 +77,7 @@ def test_limit_messages_follow_jevany(make_engine):
     with pytest.raises(ContextLengthError, match=r"^request exceeds 30 packed tokens: \d+$"):
         packed.admit({"state": "s", "questions": many})
     choice = make_engine("qwen3", "choice", max_branch_tokens=20)
-    with pytest.raises(ContextLengthError, match=r"^choice prompt needs (at least )?\d+ tokens including the answer; limit 20$"):
+    with pytest.raises(ContextLengthError, match=r"^the choice readout's prompt needs (at least )?\d+ tokens including the answer; limit 20$"):
         choice.admit(BODY)
 
 

@@ -122,4 +122,4 @@ def test_drain_with_two_workers_answers_everything_first(pool):
     assert status["queue"]["depth"] == 0 and all(w["inflight"] == 0 for w in status["workers"])
     with pool.client(timeout=30, retries=0) as client, pytest.raises(ShuttingDownError):
         client.call("decide", workloads.short(1, seed=1)[0])
-    assert pool.status()["state"] == "draining"
+    assert pool.status()["state"] == "drained"
