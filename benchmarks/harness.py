@@ -91,7 +91,7 @@ class Daemon:
                     if c.status()["state"] == "ready":
                         break
                 except JevTimeoutError:
-                    continue
+                    pass           # no socket file yet (fails at once), or no reply yet
                 time.sleep(0.2)    # loading; poll again
             else:
                 raise RuntimeError("daemon not ready")

@@ -37,7 +37,7 @@ def wait_ready(endpoint: str, proc: subprocess.Popen) -> None:
                 if client.status()["state"] == "ready":
                     return
             except JevTimeoutError:
-                continue
+                pass          # no socket yet, or no reply yet
             time.sleep(0.2)   # loading; poll again shortly
     sys.exit("daemon did not become ready")
 

@@ -12,7 +12,7 @@ from typing import Any
 import typer
 
 from .endpoints import default_control_endpoint, default_endpoint
-from .errors import JevanyError, JevTimeoutError
+from .errors import JevanyError, JevTimeoutError, JevUnreachableError
 
 client_app = typer.Typer(
     name="jevany-client",
@@ -48,6 +48,8 @@ def _ask(endpoints: list[str], timeout: float, action: Callable[[Any], Any]) -> 
     try:
         with JevClient(endpoints, timeout=timeout) as client:
             return action(client)
+    except JevUnreachableError as err:
+        raise _fail(2, err.message) from None
     except JevTimeoutError as err:
         hint = " (connected, but no reply came: the daemon may be busy or hung)" if err.sent else ""
         raise _fail(2, f"daemon not reachable at {where} within {timeout:g}s{hint}") from None

@@ -14,8 +14,8 @@ from typing import Any
 
 import zmq
 
-from .endpoints import default_endpoint
-from .errors import InvalidRequestError, JevanyError, JevTimeoutError, error_from_wire
+from .endpoints import default_endpoint, ipc_path
+from .errors import InvalidRequestError, JevanyError, JevTimeoutError, JevUnreachableError, error_from_wire
 from .protocol import decode_reply, encode_request
 from .questions import Choice, Noul, Score, questions_to_wire
 from .schema import Media
@@ -241,6 +241,10 @@ class JevClient:
         """
         deadline = None if wait is None else time.monotonic() + wait
         outcomes: list[Any] = [None] * len(bodies)
+        missing = self._missing_sockets()
+        if missing:
+            # Waiting the whole timeout for a socket file that is not there helps nobody.
+            return [JevUnreachableError(missing)] * len(bodies)
         todo = list(range(len(bodies)))
         for attempt in itertools.count():
             left = _left(deadline)
@@ -265,6 +269,15 @@ class JevClient:
             if deadline is not None and time.monotonic() + pause >= deadline:
                 return outcomes
             time.sleep(pause)
+
+    def _missing_sockets(self) -> str | None:
+        """Why no daemon can answer, when every endpoint is an ipc socket file that does not exist."""
+        paths = [ipc_path(e) for e in self.endpoints]
+        if not paths or any(p is None or p.exists() for p in paths):
+            return None
+        where = ", ".join(str(p) for p in paths)
+        return (f"no daemon at {where}: no socket file there (is the daemon running, and bound there? "
+                f"the default endpoint is {default_endpoint()})")
 
     def close(self) -> None:
         self._closed = True

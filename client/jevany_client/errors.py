@@ -110,6 +110,17 @@ class JevTimeoutError(JevanyError, TimeoutError):
         self.sent = sent
 
 
+class JevUnreachableError(JevTimeoutError):
+    """No daemon can be there at all: every endpoint is an ipc socket file that does not exist.
+
+    Raised at once instead of after the timeout; `sent` is False. A
+    JevTimeoutError still, so code that handles "not reachable" handles this.
+    """
+
+    def __init__(self, message: str, *, request_id: str | int | None = None) -> None:
+        super().__init__(message, request_id=request_id, sent=False)
+
+
 ERROR_CLASSES: dict[str, type[JevanyError]] = {
     cls.code: cls
     for cls in (

@@ -59,6 +59,7 @@ def _wait_ready(process: subprocess.Popen, endpoint: str, log: Path) -> None:
             except JevTimeoutError:
                 if time.monotonic() > deadline:
                     raise
+                time.sleep(0.05)    # the socket file may not exist yet: that fails at once
 
 
 @pytest.fixture(scope="session")
@@ -87,5 +88,16 @@ def beta(socket_dir):
 
 @pytest.fixture
 def nowhere(socket_dir):
-    """An ipc endpoint nobody listens on."""
+    """An ipc endpoint with no socket file behind it."""
     return f"ipc://{socket_dir}/nobody-home.sock"
+
+
+@pytest.fixture(scope="session")
+def stale(socket_dir):
+    """An ipc endpoint whose socket file exists but nobody listens on (a daemon that died uncleanly)."""
+    import socket
+
+    path = socket_dir / "stale.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
+        s.bind(str(path))           # closed without unlink: the file stays, a connect is refused
+    return f"ipc://{path}"

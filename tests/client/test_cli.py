@@ -102,25 +102,34 @@ def test_control_op_on_the_public_endpoint_exits_1(runner, daemon):
     assert result.stderr.startswith("error: forbidden: ")
 
 
-def test_ctl_against_nothing_fails_fast_with_a_clear_message(runner, nowhere):
+def test_ctl_against_nothing_fails_fast_with_a_clear_message(runner, stale):
     started = time.monotonic()
-    result = runner.invoke(ctl_app, ["status", "--endpoint", nowhere, "--timeout", "0.3"])
+    result = runner.invoke(ctl_app, ["status", "--endpoint", stale, "--timeout", "0.3"])
     assert time.monotonic() - started < 3
     assert result.exit_code == 2
-    assert result.stderr.strip() == f"daemon not reachable at {nowhere} within 0.3s"
+    assert result.stderr.strip() == f"daemon not reachable at {stale} within 0.3s"
 
 
-def test_installed_jevany_ctl_against_nothing_uses_the_short_default_timeout(nowhere):
+def test_ctl_where_no_socket_file_is_says_so_at_once(runner, nowhere):
+    started = time.monotonic()
+    result = runner.invoke(ctl_app, ["status", "--endpoint", nowhere, "--timeout", "30"])
+    assert time.monotonic() - started < 1
+    assert result.exit_code == 2
+    assert result.stderr.startswith(f"no daemon at {nowhere[len('ipc://'):]}: no socket file there (is the "
+                                    "daemon running")
+
+
+def test_installed_jevany_ctl_against_nothing_uses_the_short_default_timeout(stale):
     started = time.monotonic()
     result = subprocess.run(
-        [BIN / "jevany-ctl", "ping", "--endpoint", nowhere],
+        [BIN / "jevany-ctl", "ping", "--endpoint", stale],
         capture_output=True,
         text=True,
         timeout=30,
     )
     assert 3 <= time.monotonic() - started < 10
     assert result.returncode == 2
-    assert f"daemon not reachable at {nowhere} within 3s" in result.stderr
+    assert f"daemon not reachable at {stale} within 3s" in result.stderr
 
 
 def test_client_decide_file(runner, daemon, tmp_path):
@@ -150,7 +159,7 @@ def test_client_decide_unreachable_exits_2(runner, nowhere):
         client_app, ["decide", "-", "-e", nowhere, "--timeout", "0.2"], input=json.dumps(BODY)
     )
     assert result.exit_code == 2
-    assert "not reachable" in result.stderr
+    assert "no daemon at" in result.stderr
 
 
 @pytest.mark.parametrize("text", ["{not json", "[1, 2]"])

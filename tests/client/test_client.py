@@ -14,6 +14,7 @@ from jevany_client import (
     JevanyError,
     JevClient,
     JevTimeoutError,
+    JevUnreachableError,
     Noul,
     OverloadedError,
     decide_body,
@@ -111,8 +112,21 @@ def test_slow_reply_does_not_hold_up_others(daemon):
         assert time.monotonic() - started < 0.9
 
 
-def test_unreachable_daemon_times_out_without_sending(nowhere):
-    with JevClient(nowhere, timeout=0.3) as client:
+def test_no_socket_file_fails_at_once(nowhere):
+    with JevClient(nowhere, timeout=30) as client:
+        started = time.monotonic()
+        with pytest.raises(JevUnreachableError) as caught:
+            client.ping()
+        assert time.monotonic() - started < 1.0
+        assert caught.value.sent is False and isinstance(caught.value, JevTimeoutError)
+        assert caught.value.message.startswith(f"no daemon at {nowhere[len('ipc://'):]}: no socket file there")
+        assert "the default endpoint is ipc://" in caught.value.message
+        results = client.decide_many([decide_body("s", QUESTIONS)] * 2, return_exceptions=True)
+        assert all(isinstance(r, JevUnreachableError) for r in results)
+
+
+def test_unreachable_daemon_times_out_without_sending(stale):
+    with JevClient(stale, timeout=0.3) as client:
         started = time.monotonic()
         with pytest.raises(JevTimeoutError) as caught:
             client.ping()

@@ -55,7 +55,7 @@ class Daemon:
                     if client.status()["state"] == "ready":
                         return
                 except JevTimeoutError:
-                    continue
+                    pass          # no socket file yet (fails at once), or no reply yet
                 time.sleep(0.1)   # polling a loading daemon, not standing in for a reply
         raise RuntimeError(f"daemon not ready within {READY_WITHIN_S}s:\n{self.log.read_text()}")
 
