@@ -1,3 +1,3 @@
-from jevany_daemon.cli import app
+from jevany_daemon.cli import main
 
-app(prog_name="jevany-daemon")
+main()

@@ -9,6 +9,8 @@ app = typer.Typer(
     help="Serve decision models to fleets of client processes over ZeroMQ.",
     no_args_is_help=True,
     add_completion=False,
+    # Plain help: the boxed layout squeezed descriptions to a few words a line at 80 columns.
+    rich_markup_mode=None,
 )
 
 
@@ -60,10 +62,10 @@ def tiny_model(
 @app.command("serve")
 def serve(
     model: str = typer.Option(None, "--model", help="Local model directory, JevAny run directory or hub id. "
-                              "Default: a built-in tiny demo model with random weights.", show_default=False),
-    readout: str = typer.Option(None, "--readout", help="choice | pointer | lm_token. Default: the checkpoint's own "
-                                "readout, or choice for a plain causal LM.", show_default=False),
-    model_id: str = typer.Option(None, "--model-id", help="Name replies give as 'model'. Default: from the source.",
+                              "[default: a built-in tiny demo model with random weights]", show_default=False),
+    readout: str = typer.Option(None, "--readout", help="choice | pointer | lm_token. [default: the checkpoint's own "
+                                "readout, or choice for a plain causal LM]", show_default=False),
+    model_id: str = typer.Option(None, "--model-id", help="Name replies give as 'model'. [default: from the source]",
                                  show_default=False),
     device: str = typer.Option(None, "--device", help="cpu, cuda (= cuda:0) or cuda:N; a comma-separated list "
                                "(cuda:0,cuda:1) starts one worker per device. Each worker sees only its own "
@@ -106,8 +108,9 @@ def serve(
     max_packed_tokens: int = typer.Option(None, "--max-packed-tokens", help="Padded tokens one forward pass may "
                                           "allocate; a bigger request is rejected. [default: 8192]",
                                           show_default=False),
-    max_state_tokens: int = typer.Option(None, "--max-state-tokens", help="[default: 8192, capped by the context "
-                                         "window]", show_default=False),
+    max_state_tokens: int = typer.Option(None, "--max-state-tokens", help="Tokens the state may take; a longer "
+                                         "one gets context_length_exceeded, on every readout. [default: 8192, "
+                                         "capped by the context window]", show_default=False),
     max_branch_tokens: int = typer.Option(None, "--max-branch-tokens", help="State plus one question. [default: "
                                           "8192, capped by the context window]", show_default=False),
     max_padding_waste: float = typer.Option(None, "--max-padding-waste", help="Fraction of a batch's padded tokens "
@@ -135,21 +138,22 @@ def serve(
     max_message_bytes: int = typer.Option(None, "--max-message-bytes", help="Bigger messages are refused by "
                                           "ZeroMQ before the daemon reads them. [default: 8388608]",
                                           show_default=False),
-    log_requests: bool = typer.Option(None, "--log-requests/--no-log-requests", help="One log line per request.",
-                                      show_default=False),
+    log_requests: bool = typer.Option(None, "--log-requests/--no-log-requests", help="One log line per request. "
+                                      "[default: off]", show_default=False),
     metrics_port: int = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics on "
                                      "http://127.0.0.1:PORT/metrics; 0 picks a free port (see status). "
                                      "[default: off]", show_default=False),
     curve_secret_key: str = typer.Option(None, "--curve-secret-key", help="Server key file (keygen's "
-                                         "PREFIX.key_secret); TCP endpoints then require CurveZMQ.",
-                                         show_default=False),
+                                         "PREFIX.key_secret); TCP endpoints then require CurveZMQ. "
+                                         "[default: none, plain TCP on loopback only]", show_default=False),
     curve_allowed_clients: str = typer.Option(None, "--curve-allowed-clients", help="Directory of client public "
                                               "key files (*.key); only those clients get replies. Re-read on "
-                                              "reload.", show_default=False),
+                                              "reload. [default: none]", show_default=False),
     insecure: bool = typer.Option(None, "--insecure/--no-insecure", help="Allow plain TCP on a non-loopback "
-                                  "address (anyone who reaches it can use the model).", show_default=False),
-    config: Path = typer.Option(None, "--config", help="TOML file of the same settings (snake_case keys).",
-                                show_default=False),
+                                  "address (anyone who reaches it can use the model). [default: off]",
+                                  show_default=False),
+    config: Path = typer.Option(None, "--config", help="TOML file of the same settings (snake_case keys). "
+                                "[default: none]", show_default=False),
 ) -> None:
     """Load the model and serve decide requests until SIGTERM or SIGINT, then drain and exit 0.
 
@@ -159,7 +163,9 @@ def serve(
 
     Every setting can also come from a JEVANY_<NAME> environment variable
     (e.g. JEVANY_MAX_BATCH_SIZE) or the --config file; a flag wins over the
-    environment, which wins over the file.
+    environment, which wins over the file. Two variables have no flag:
+    JEVANY_LOG_LEVEL (DEBUG, INFO, WARNING or ERROR; default INFO) and
+    JEVANY_CACHE_DIR (where the demo model is built; default ~/.cache/jevany).
     """
     from jevany_daemon.server.logs import configure_logging
     from jevany_daemon.server.settings import SettingsError, resolve
@@ -217,3 +223,21 @@ def keygen(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from None
     typer.echo(f"wrote {public} (public: give it to peers) and {secret} (secret: keep it here)")
+
+
+def _with_variables(command) -> None:
+    """Each setting's help names its JEVANY_ variable, so --help shows where a value may come from."""
+    from jevany_daemon.server.settings import ENGINE_FIELDS, SERVE_FIELDS
+
+    settings = set(SERVE_FIELDS) | set(ENGINE_FIELDS)
+    for param in command.params:
+        name = param.name
+        if name in settings and param.help and "[env:" not in param.help:
+            param.help = f"{param.help} [env: JEVANY_{name.upper()}]"
+
+
+def main() -> None:
+    """The console script (and python -m jevany_daemon): the typer app, with the variables in serve's help."""
+    command = typer.main.get_command(app)
+    _with_variables(command.commands["serve"])
+    command(prog_name="jevany-daemon")

@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import textwrap
 import time
 
 from jevany_client import JevClient, JevTimeoutError
@@ -42,6 +43,24 @@ def wait_ready(endpoint: str, proc: subprocess.Popen) -> None:
     sys.exit("daemon did not become ready")
 
 
+def describe_answer(qid: str, answer: dict) -> str:
+    """One line a person reads: the decision, and how sure the model was."""
+    kind = answer.get("type")
+    if kind == "choice":
+        return f"{qid} (choice): {answer['choice']}, confidence {answer['confidence']:.2f}"
+    if kind == "noul":
+        return f"{qid} (yes/no): {answer['noul']:.2f} that it is yes"
+    return f"{qid} (score): {answer['score']:.2f} on a 0-{len(answer['probabilities']) - 1} scale, " \
+           f"confidence {answer['confidence']:.2f}"
+
+
+def describe_batch(batch: dict) -> str:
+    others = batch["size"] - 1
+    shared = f"shared its forward pass with {others} other request{'s' * (others != 1)}" if others else \
+        "had a forward pass to itself"
+    return f"{shared} ({batch['padded_tokens']} tokens computed, padding included)"
+
+
 def main() -> int:
     run_dir = tempfile.mkdtemp(prefix="jevany-demo-")
     endpoint, control = f"ipc://{run_dir}/daemon.sock", f"ipc://{run_dir}/control.sock"
@@ -49,6 +68,8 @@ def main() -> int:
                                "--control", control, "--max-batch-size", "8"])
     try:
         wait_ready(endpoint, daemon)
+        with JevClient(endpoint, timeout=10) as client:
+            before = client.status()["batching"]
         bodies = workloads.short(CLIENTS * PER_CLIENT, seed=2026)
         ctx = mp.get_context("spawn")
         out = ctx.Queue()
@@ -61,14 +82,33 @@ def main() -> int:
         for p in procs:
             p.join()
         elapsed = time.monotonic() - started
-        print(f"\n{len(answered)} requests from {CLIENTS} client processes in {elapsed:.1f}s\n")
-        for body, result in answered[:3]:
-            print("state:", json.dumps(body["state"])[:100])
-            for qid, answer in result["answers"].items():
-                print(f"  {qid}: {json.dumps(answer)[:110]}")
-            print(f"  batch: {result['batch']}\n")
         with JevClient(endpoint, timeout=10) as client:
-            print(format_status(client.status()))
+            status = client.status()
+        after = status["batching"]
+        passes, scored = after["batches"] - before["batches"], after["requests"] - before["requests"]
+        print(f"\nWhat ran: {len(answered)} decide requests from {CLIENTS} client processes at once, "
+              f"answered in {elapsed:.1f} s.")
+        print(f"How they batched: {scored} requests in {passes} forward passes, "
+              f"{scored / max(1, passes):.1f} requests a pass on average.")
+        if scored / max(1, passes) < 2:
+            print(textwrap.fill(
+                "Most passes held one request: on a CPU the adaptive batch policy batches a length class "
+                "only once batched passes have measured faster there, and a short run like this one "
+                "is mostly its first measurements (--batch-policy greedy always batches).", 88))
+        if status["model"].get("random_weights"):
+            print("The model is the built-in demo with RANDOM weights: the answers below show the shape "
+                  "of a reply, not a decision anyone should use.")
+        print("\nSome answers:")
+        for body, result in answered[:3]:
+            state = body["state"] if isinstance(body["state"], str) else json.dumps(body["state"])
+            print(f"\n  state: {textwrap.shorten(state, 80, placeholder=' ...')}")
+            for qid, answer in result["answers"].items():
+                print(f"    {describe_answer(qid, answer)}")
+            print(f"    this request {describe_batch(result['batch'])}")
+        print("\nThe daemon's status (jevany-ctl status shows the same):\n")
+        print(format_status(status))
+        print("\nNext: serve a real checkpoint (README, Running the daemon), send your own requests "
+              "(docs/REQUESTS.md), measure (make bench).")
     finally:
         daemon.send_signal(signal.SIGTERM)
         code = daemon.wait(120)

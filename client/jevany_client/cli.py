@@ -218,7 +218,9 @@ def format_status(s: dict) -> str:
     )
     summary = _table([
         ("model", _text(model.get("id"))),
-        ("source", _text(model.get("source"))),
+        ("source", _text(model.get("source"))
+                   + ("   (RANDOM weights: the built-in demo model, its answers mean nothing)"
+                      if model.get("random_weights") else "")),
         ("readout", f"{_text(model.get('readout'))}   layout {_text(model.get('layout'))}"),
         ("device", f"{_text(model.get('device'))}   dtype {_text(model.get('dtype'))}"),
         ("endpoints", ", ".join(map(str, s.get("endpoints") or [])) or "-"),
@@ -227,7 +229,9 @@ def format_status(s: dict) -> str:
                     f"requests, mean size {_number(batching.get('mean_batch_size'), '.2f')}"),
         ("latency", f"p50 {_number(latency.get('p50'), '.1f')} ms   "
                     f"p99 {_number(latency.get('p99'), '.1f')} ms"),
-        ("requests", f"{_text(requests.get('ok'))} ok   {_text(requests.get('error'))} error"),
+        ("requests", f"{_text((requests.get('by_op') or {}).get('decide', 0))} decide   "
+                     f"{_text(requests.get('ok'))} ok   {_text(requests.get('error'))} error   "
+                     f"(every op: ping and status count too)"),
     ])
     blocks = [head, summary, _errors_block(requests), _workers_block(s), _histogram_block(batching)]
     return "\n\n".join(block for block in blocks if block)

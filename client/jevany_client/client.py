@@ -26,6 +26,8 @@ _SEND_HWM = 10_000
 
 # Ops that change nothing on the daemon, so sending one again is harmless.
 _IDEMPOTENT = frozenset({"decide", "ping", "status", "models"})
+# A message this big is first checked against the daemon's own size limit.
+_LARGE_MESSAGE_BYTES = 64 << 10
 _BACKOFF_FIRST_S = 0.05
 _BACKOFF_MAX_S = 1.0
 # ZeroMQ heartbeats find a daemon whose host vanished without closing the connection.
@@ -122,6 +124,7 @@ class JevClient:
         client_secret_key: str | bytes | None = None,
     ) -> None:
         self.endpoints = _endpoint_list(endpoint)
+        self._message_limit: int | None = None    # the daemon's, asked when a message is large
         self.timeout = _check_timeout(timeout)
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise ValueError(f"retries must be an integer >= 0, got {retries!r}")
@@ -337,10 +340,29 @@ class JevClient:
 
     def _encode(self, rid: str, op: str, body: dict | None, timeout_ms: int | None) -> bytes:
         try:
-            return encode_request(rid, op, body, timeout_ms)
+            payload = encode_request(rid, op, body, timeout_ms)
         except (TypeError, ValueError, OverflowError) as exc:
             # msgpack's own errors for values it cannot carry (sets, huge ints, bad text).
             raise InvalidRequestError(f"{op} body cannot be sent: {exc}", request_id=rid) from exc
+        if len(payload) > _LARGE_MESSAGE_BYTES:
+            limit = self._daemon_message_limit()
+            if limit is not None and len(payload) > limit:
+                # ZeroMQ drops a message over the daemon's limit with no reply at all: the
+                # caller would only see a timeout that looks like a dead daemon.
+                raise InvalidRequestError(
+                    f"the {op} request is {len(payload):,} bytes; the daemon at {', '.join(self.endpoints)} "
+                    f"accepts at most {limit:,} (its --max-message-bytes, JEVANY_MAX_MESSAGE_BYTES)",
+                    request_id=rid)
+        return payload
+
+    def _daemon_message_limit(self) -> int | None:
+        """The daemon's max_message_bytes (from status, asked once); None if it cannot be asked."""
+        if self._message_limit is None:
+            try:
+                self._message_limit = int(self.status(timeout=5.0)["max_message_bytes"])
+            except (JevanyError, KeyError, TypeError, ValueError):
+                return None      # send it anyway: the reply, or its absence, says the rest
+        return self._message_limit
 
     def _exchange(
         self, requests: list[tuple[str, bytes]], op: str, wait: float | None, told: float | None

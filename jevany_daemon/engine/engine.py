@@ -339,6 +339,7 @@ class Engine:
             "cpu_threads": torch.get_num_threads() if m.device.type == "cpu" else None,
             "context_window": m.context_window,
             "linear_attention": m.info.get("linear_attention"),   # which kernels, on hybrid models
+            "random_weights": bool(m.info.get("random_weights")),  # the built-in demo model
             "max_options": self.readout.max_options,
             "limits": {
                 "max_state_tokens": self.limits.state,

@@ -19,6 +19,7 @@ from jevany_daemon.model.checkpoint import HEAD_FILE, Meta, ModelLoadError, read
 from jevany_daemon.model.decision_model import READOUTS, DecisionModel
 from jevany_daemon.model.placement import Placement, plan as plan_placement
 from jevany_daemon.model.pointer_head import PointerHead
+from jevany_daemon.model.sources import is_hub_id, split_revision
 
 __all__ = ["ModelLoadError", "default_model_id", "load_model", "parse_device", "parse_dtype"]
 
@@ -27,7 +28,6 @@ ATTN_IMPLEMENTATION = "sdpa"
 ADAPTER_CONFIG = "adapter_config.json"
 ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
-_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[A-Za-z0-9][\w.-]*(@[\w./-]+)?$")
 _SPECIAL_IDS = {
     "simplejev/jevany-qwen3.8-27b-lora": "jevany-qwen3.8-27b-lora",
     "tianxinwei/jevany-27b-sft": "jevany-27b",
@@ -42,16 +42,6 @@ def default_model_id(source: str) -> str:
     if parts[-1] in ("", ".", ".."):
         return Path(path or "/").resolve().name or "model"
     return _SPECIAL_IDS.get("/".join(parts[-2:]).lower(), parts[-1])
-
-
-def split_revision(source: str) -> tuple[str, str | None]:
-    """'owner/name@rev' -> ('owner/name', 'rev'); anything without '@' has no revision."""
-    name, sep, rev = source.partition("@")
-    return (name, rev) if sep and rev else (source, None)
-
-
-def is_hub_id(source: str) -> bool:
-    return bool(_HUB_ID.match(source)) and not Path(source).expanduser().exists()
 
 
 def _valid_temperature(value) -> bool:

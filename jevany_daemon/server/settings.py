@@ -16,6 +16,7 @@ from pathlib import Path
 from jevany_client.endpoints import default_control_endpoint, default_endpoint
 
 from jevany_daemon.config import DEVICE_MAPS, EngineConfig
+from jevany_daemon.model.sources import local_problem
 
 from . import devices as device_names
 
@@ -196,17 +197,30 @@ def resolve(flags: dict, config_file: Path | None = None, env=os.environ,
     cuda_count is asked only when a CUDA device is named; tests give a fake host.
     """
     merged: dict = {}
+    origin: dict = {}      # setting -> where its value came from, for errors that name it
     if config_file is not None:
-        merged.update(_from_toml(config_file))
-    merged.update(_from_env(env))
-    merged.update({k: v for k, v in flags.items() if v is not None and v != ()})
+        merged.update(toml := _from_toml(config_file))
+        origin.update(dict.fromkeys(toml, f"--config {config_file}"))
+    merged.update(environment := _from_env(env))
+    origin.update({name: f"JEVANY_{name.upper()}" for name in environment})
+    given = {k: v for k, v in flags.items() if v is not None and v != ()}
+    merged.update(given)
+    origin.update({name: "--" + name.replace("_", "-") for name in given})
     engine = {k: merged.pop(k) for k in ENGINE_FIELDS if k in merged}
     try:
         settings = ServeSettings(**merged, engine=EngineConfig(**engine))
+        validate(settings, cuda_count)
+    except SettingsError as exc:
+        raise SettingsError(_named(str(exc), origin)) from None
     except (TypeError, ValueError) as exc:
-        raise SettingsError(str(exc)) from None
-    validate(settings, cuda_count)
+        raise SettingsError(_named(str(exc), origin)) from None
     return settings
+
+
+def _named(message: str, origin: dict) -> str:
+    """The message, led by the flag, variable or file the offending value came from."""
+    name = message.split(" ", 1)[0].rstrip(":")
+    return f"{origin[name]}: {message}" if name in origin else message
 
 
 def validate(s: ServeSettings, cuda_count: Callable[[], int] = device_names.cuda_device_count) -> None:
@@ -237,6 +251,8 @@ def _validate_model(s: ServeSettings) -> None:
         raise SettingsError(f"dtype must be one of {', '.join(DTYPES)}, got {s.dtype!r}")
     if s.model is not None and not s.model.strip():
         raise SettingsError("model must not be empty")
+    if s.model is not None and (problem := local_problem(s.model)):
+        raise SettingsError(problem)      # before a worker starts: a path that is not there is a setting
 
 
 def _validate_pool(s: ServeSettings) -> None:

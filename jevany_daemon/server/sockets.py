@@ -17,11 +17,14 @@ class StartupError(RuntimeError):
 
 
 def bind_router(ctx, endpoint: str, max_message_bytes: int, curve_keys: tuple | None = None,
-                mode: int | None = None) -> tuple[zmq.Socket, Path | None]:
-    """A ROUTER bound to endpoint; for ipc also the socket file, chmod'ed to mode when given."""
+                mode: int | None = None, flag: str = "--bind") -> tuple[zmq.Socket, Path | None]:
+    """A ROUTER bound to endpoint; for ipc also the socket file, chmod'ed to mode when given.
+
+    flag names the setting the endpoint came from, for the error that says how to fix a clash.
+    """
     path = ipc_path(endpoint)
     if path is not None:
-        prepare_ipc_path(path, endpoint)
+        prepare_ipc_path(path, endpoint, flag)
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, REPLY_LINGER_MS)
     sock.setsockopt(zmq.MAXMSGSIZE, max_message_bytes)
@@ -34,13 +37,13 @@ def bind_router(ctx, endpoint: str, max_message_bytes: int, curve_keys: tuple | 
         sock.bind(endpoint)
     except zmq.ZMQError as exc:
         sock.close()
-        raise StartupError(f"cannot bind {endpoint}: {exc}") from None
+        raise StartupError(f"cannot bind {endpoint} ({flag}): {exc}") from None
     if path is not None and mode is not None:
         path.chmod(mode)     # e.g. 0660 with a shared group: that group's members may connect
     return sock, path
 
 
-def prepare_ipc_path(path: Path, endpoint: str) -> None:
+def prepare_ipc_path(path: Path, endpoint: str, flag: str = "--bind") -> None:
     # libzmq silently replaces an existing socket file, which would steal a
     # running daemon's clients; refuse when something still answers there.
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -51,7 +54,7 @@ def prepare_ipc_path(path: Path, endpoint: str) -> None:
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             probe.connect(str(path))
-            raise StartupError(f"another process is serving on {endpoint}; stop it or choose another --bind")
+            raise StartupError(f"another process is serving on {endpoint}; stop it or choose another {flag}")
         except (ConnectionRefusedError, FileNotFoundError):
             path.unlink(missing_ok=True)   # stale file from a daemon that died
         finally:

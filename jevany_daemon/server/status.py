@@ -100,7 +100,7 @@ def describe_model(sup) -> dict:
         s = sup.settings
         return {"id": s.model_id or s.model or "tiny-demo", "source": s.model or "tiny-demo",
                 "readout": s.readout or "", "layout": s.engine.layout, "device": ",".join(s.devices),
-                "dtype": s.dtype}
+                "dtype": s.dtype, "random_weights": s.model is None}
     devices = ",".join(dict.fromkeys(w.device for w in serving))
     return {**model, "device": devices, "batching": batching(sup), "prefix_cache": prefix_cache(sup)}
 
@@ -118,7 +118,8 @@ def daemon_status(sup) -> dict:
         "max_message_bytes": sup.settings.max_message_bytes,
         "metrics": sup.metrics_url,
         "curve": sup.zap is not None,
-        "model": {k: model.get(k) for k in ("id", "source", "readout", "layout", "device", "dtype")},
+        "model": {k: model.get(k) for k in ("id", "source", "readout", "layout", "device", "dtype",
+                                             "random_weights")},
         "batching": batching(sup),
         "prefix_cache": prefix_cache(sup),
         "queue": {"depth": len(sup.queue), "max_depth": sup.queue.max_depth},

@@ -98,6 +98,9 @@ class Supervisor:
             self.start()
             while not self.done:
                 self.tick()
+        except StartupError as exc:
+            self.exit_code, self._failure = 1, str(exc)     # what the stop event reports, and the exit status
+            raise
         finally:
             self.close()
         return self.exit_code
@@ -106,9 +109,9 @@ class Supervisor:
         self.ctx = zmq.Context()
         self.poller = zmq.Poller()
         self._start_curve()
-        self.public = [self._bind_client_socket(ep) for ep in self.settings.endpoints]
+        self.public = [self._bind_client_socket(ep, flag="--bind") for ep in self.settings.endpoints]
         control = self.settings.control_endpoint
-        self.control = self._bind_client_socket(control, mode=0o600) if control else None
+        self.control = self._bind_client_socket(control, mode=0o600, flag="--control") if control else None
         self._start_backend()
         self.signals = SignalFlags(self.poller)
         self._start_metrics()
@@ -187,10 +190,10 @@ class Supervisor:
             raise StartupError(f"cannot serve metrics on 127.0.0.1:{self.settings.metrics_port}: {exc}") from None
         self.metrics_url = f"http://127.0.0.1:{port}/metrics"
 
-    def _bind_client_socket(self, endpoint: str, mode: int | None = None):
+    def _bind_client_socket(self, endpoint: str, flag: str, mode: int | None = None):
         keys = self._curve_keys if self.zap is not None else None
         sock, path = bind_router(self.ctx, endpoint, self.settings.max_message_bytes, keys,
-                                 self.settings.socket_mode if mode is None else mode)
+                                 self.settings.socket_mode if mode is None else mode, flag=flag)
         if path is not None:
             self._bound_ipc.append(path)
         self.poller.register(sock, zmq.POLLIN)

@@ -59,6 +59,14 @@ def test_format_status_tolerates_missing_fields():
     assert "model      -" in text and "workers: none" in text
 
 
+def test_format_status_tells_decide_requests_apart_and_says_when_weights_are_random():
+    text = format_status({"state": "ready", "requests": {"ok": 66, "error": 0, "by_op": {"decide": 48, "status": 18}},
+                          "model": {"id": "tiny-demo", "source": "/c/tiny", "random_weights": True}})
+    assert "requests   48 decide   66 ok   0 error" in text
+    assert "/c/tiny   (RANDOM weights: the built-in demo model" in text
+    assert "RANDOM" not in format_status({"state": "ready", "model": {"id": "m", "random_weights": False}})
+
+
 def test_format_status_shows_each_workers_device_and_memory():
     gib = 1 << 30
     workers = [

@@ -112,6 +112,19 @@ def test_slow_reply_does_not_hold_up_others(daemon):
         assert time.monotonic() - started < 0.9
 
 
+def test_a_message_over_the_daemons_limit_is_refused_at_once_naming_it(client):
+    """ZeroMQ would drop it with no reply, and the caller would wait out a timeout that looks like a dead daemon."""
+    started = time.monotonic()
+    with pytest.raises(InvalidRequestError) as caught:
+        client.decide("x" * (2 << 20), QUESTIONS, timeout=30)
+    assert time.monotonic() - started < 2
+    assert "accepts at most 1,048,576 (its --max-message-bytes, JEVANY_MAX_MESSAGE_BYTES)" in caught.value.message
+    assert client.decide("y" * (200 << 10), QUESTIONS)["state"] == "y" * (200 << 10)   # large, within the limit
+    results = client.decide_many([decide_body("x" * (2 << 20), QUESTIONS), decide_body("s", QUESTIONS)],
+                                 return_exceptions=True)
+    assert isinstance(results[0], InvalidRequestError) and results[1]["state"] == "s"
+
+
 def test_no_socket_file_fails_at_once(nowhere):
     with JevClient(nowhere, timeout=30) as client:
         started = time.monotonic()

@@ -190,7 +190,7 @@ def test_threads_get_their_own_answers(make_engine):
 def test_describe(make_engine):
     d = make_engine("qwen3", "pointer", max_batch_size=4).describe()
     assert d["readout"] == "pointer" and d["layout"] == "packed"
-    assert d["aliases"] == ["jevany-latest"]
+    assert d["aliases"] == ["jevany-latest"] and d["random_weights"] is False   # only the built-in demo is
     assert d["limits"]["max_batch_size"] == 4
     assert d["batching"]["batches"] == 0
 

@@ -1,6 +1,7 @@
 """Every error code this machine can produce, from a real client; the daemon keeps serving after each."""
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import msgpack
@@ -137,6 +138,17 @@ def test_overloaded_with_a_small_queue(start_daemon):
     daemon.stop()
     logged = [line for line in daemon.log.read_text().splitlines() if "event=overload" in line]
     assert 1 <= len(logged) < len(codes) and "count=1 " in logged[0]     # rate-limited, not one per reject
+
+
+def test_an_oversized_message_gets_a_clear_error_not_a_timeout(start_daemon):
+    daemon = start_daemon("--max-message-bytes", "100000")
+    with daemon.client(timeout=30) as client:
+        started = time.monotonic()
+        with pytest.raises(InvalidRequestError, match=r"accepts at most 100,000 \(its --max-message-bytes"):
+            client.call("decide", {**GOOD, "state": "x" * 150_000})
+        assert time.monotonic() - started < 2
+        assert client.ping()["pong"] is True
+    assert daemon.stop() == 0
 
 
 def test_shutting_down_after_drain(start_daemon):

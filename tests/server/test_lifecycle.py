@@ -81,13 +81,23 @@ def test_invalid_settings_fail_before_any_weights_load(tmp_path):
 @pytest.mark.parametrize("workers", ["1", "2"])
 def test_a_model_that_cannot_load_stops_the_daemon_with_its_reason(tmp_path, workers):
     d = Path(tempfile.mkdtemp(prefix="jvd-"))
-    proc = run_serve("--model", str(tmp_path / "missing"), "--bind", f"ipc://{d}/s.sock",
+    (tmp_path / "empty").mkdir()       # a directory with no model in it: only a worker finds out
+    proc = run_serve("--model", str(tmp_path / "empty"), "--bind", f"ipc://{d}/s.sock",
                      "--control", f"ipc://{d}/c.sock", "--workers", workers, timeout=120)
     assert proc.returncode == 1
-    assert "model does not exist" in proc.stderr
+    assert "cannot load" in proc.stderr
     assert "event=startup_failed" in proc.stderr and "event=stop exit_code=1" in proc.stderr
     assert "worker_restart" not in proc.stderr
     assert not (d / "s.sock").exists()
+
+
+def test_a_model_path_that_is_not_there_exits_2_before_any_worker(tmp_path):
+    d = Path(tempfile.mkdtemp(prefix="jvd-"))
+    started = time.monotonic()
+    proc = run_serve("--model", str(tmp_path / "missing"), "--bind", f"ipc://{d}/s.sock", timeout=60)
+    assert proc.returncode == 2 and time.monotonic() - started < 30
+    assert proc.stderr.strip().endswith(f"error: --model: model does not exist: {tmp_path / 'missing'}")
+    assert "worker" not in proc.stderr
 
 
 def test_refuses_a_socket_another_daemon_is_serving(start_daemon, tiny_model):
@@ -95,6 +105,13 @@ def test_refuses_a_socket_another_daemon_is_serving(start_daemon, tiny_model):
     proc = run_serve("--model", str(tiny_model("qwen3", "pointer")), "--bind", daemon.endpoint,
                      "--control", f"ipc://{daemon.dir}/other-control.sock")
     assert proc.returncode == 1 and "another process is serving" in proc.stderr
+    assert "choose another --bind" in proc.stderr
+    assert "event=stop exit_code=1" in proc.stderr        # the log says what the exit status says
+    # only the control socket clashes: the hint names --control
+    proc = run_serve("--model", str(tiny_model("qwen3", "pointer")), "--bind", f"ipc://{daemon.dir}/other.sock",
+                     "--control", daemon.control)
+    assert proc.returncode == 1 and f"another process is serving on {daemon.control}; stop it or choose " \
+        "another --control" in proc.stderr
     with daemon.client(timeout=30) as client:
         assert client.ping()["pong"]        # the first daemon kept its socket
     daemon.stop()
@@ -112,6 +129,7 @@ def test_status_fields(start_daemon):
     assert status["state"] == "ready" and status["pid"] == daemon.proc.pid
     assert status["queue"] == {"depth": 0, "max_depth": 77}
     assert status["model"]["readout"] == "pointer" and status["model"]["dtype"] == "fp32"
+    assert status["model"]["random_weights"] is False        # a model given by --model, not the demo
     assert status["batching"]["max_batch_size"] == 4 and status["batching"]["batch_size_histogram"] == {"1": 1}
     assert status["workers"][0]["requests"] == 1 and status["workers"][0]["state"] == "idle"
     assert status["latency_ms"]["p50"] > 0

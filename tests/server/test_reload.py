@@ -76,8 +76,13 @@ def test_a_reload_that_cannot_load_keeps_the_old_model_then_sighup_reloads(start
     config.write_text(f'model = "{tiny_model("qwen3", "pointer")}"\nmodel_id = "model-a"\n')
     daemon = start_daemon("--config", str(config), model=None)
     config.write_text(f'model = "{tmp_path / "missing"}"\n')
+    with daemon.control_client(timeout=120) as control:      # a settings error: no worker is started
+        with pytest.raises(InternalError, match=r"reload refused: --config .*: model does not exist"):
+            control.reload()
+    (tmp_path / "empty").mkdir()
+    config.write_text(f'model = "{tmp_path / "empty"}"\n')  # there, but no model in it: the workers fail
     with daemon.control_client(timeout=120) as control:
-        with pytest.raises(InternalError, match="reload failed: .*does not exist.*still serving model-a"):
+        with pytest.raises(InternalError, match=r"(?s)reload failed: .*cannot load.*still serving model-a"):
             control.reload()
     config.write_text("max_bath_size = 3\n")
     with daemon.control_client(timeout=120) as control:

@@ -5,7 +5,7 @@ import sys
 
 import pytest
 
-from jevany_daemon.server.settings import SettingsError, resolve
+from jevany_daemon.server.settings import ENGINE_FIELDS, SERVE_FIELDS, SettingsError, resolve
 
 
 def gpus(n: int):
@@ -129,11 +129,34 @@ def test_loopback_tcp_is_fine_and_insecure_opens_the_rest(tmp_path):
         resolve({"curve_secret_key": str(key), "curve_allowed_clients": str(key)}, None, env={})
 
 
-def test_a_reload_takes_the_model_settings_and_lists_the_rest():
-    running = resolve({"max_queue": 10, "model": "/m/a"}, None, env={})
-    fresh = resolve({"max_queue": 20, "model": "/m/b", "workers": 2, "max_batch_size": 8}, None, env={})
+def test_errors_name_the_flag_variable_or_file_the_value_came_from(tmp_path):
+    with pytest.raises(SettingsError, match=r"^JEVANY_MAX_BATCH_SIZE: max_batch_size must be an integer >= 1, got -3$"):
+        resolve({}, None, env={"JEVANY_MAX_BATCH_SIZE": "-3"})
+    with pytest.raises(SettingsError, match=r"^--max-batch-size: max_batch_size must be"):
+        resolve({"max_batch_size": 0}, None, env={"JEVANY_MAX_BATCH_SIZE": "4"})      # the flag won
+    config = tmp_path / "serve.toml"
+    config.write_text("max_queue = 0\n")
+    with pytest.raises(SettingsError, match=rf"^--config {config}: max_queue must be an integer >= 1"):
+        resolve({}, config, env={})
+
+
+def test_a_model_path_that_is_not_there_is_a_settings_error(tmp_path):
+    """Found before any worker starts (exit 2, as every settings error), not as a worker's load failure."""
+    with pytest.raises(SettingsError, match=rf"^--model: model does not exist: {tmp_path}/nope$"):
+        resolve({"model": str(tmp_path / "nope")}, None, env={})
+    (tmp_path / "file").write_text("")
+    with pytest.raises(SettingsError, match=r"^JEVANY_MODEL: model source is not a directory: "):
+        resolve({}, None, env={"JEVANY_MODEL": str(tmp_path / "file")})
+    assert resolve({"model": "Qwen/Qwen3.5-0.8B@main"}, None, env={}).model == "Qwen/Qwen3.5-0.8B@main"   # a hub id
+
+
+def test_a_reload_takes_the_model_settings_and_lists_the_rest(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir(), b.mkdir()
+    running = resolve({"max_queue": 10, "model": str(a)}, None, env={})
+    fresh = resolve({"max_queue": 20, "model": str(b), "workers": 2, "max_batch_size": 8}, None, env={})
     taken, needs_restart = running.with_reloaded(fresh)
-    assert (taken.model, taken.worker_count, taken.engine.max_batch_size) == ("/m/b", 2, 8)
+    assert (taken.model, taken.worker_count, taken.engine.max_batch_size) == (str(b), 2, 8)
     assert taken.max_queue == 10 and needs_restart == ["max_queue"]
 
 
@@ -246,11 +269,38 @@ def test_serve_on_cuda_without_cuda_exits_2_naming_the_setting(tmp_path):
     # CUDA_VISIBLE_DEVICES="" hides any GPU, so the real driver probe answers 0 on every host.
     proc = serve("--model", str(tmp_path), "--device", "cuda", env={"CUDA_VISIBLE_DEVICES": ""})
     assert proc.returncode == 2, proc.stderr
-    assert "error: device 'cuda:0' needs a CUDA device, but none is visible here" in proc.stderr
+    assert "error: --device: device 'cuda:0' needs a CUDA device, but none is visible here" in proc.stderr
     assert "Traceback" not in proc.stderr
 
 
 def test_serve_refuses_a_device_map_on_the_cpu_with_exit_2(tmp_path):
     proc = serve("--model", str(tmp_path), "--device-map", "auto", "--max-memory-gib", "8")
     assert proc.returncode == 2, proc.stderr
-    assert "error: device_map spreads one model over GPUs" in proc.stderr
+    assert "error: --device-map: device_map spreads one model over GPUs" in proc.stderr
+
+
+def test_serve_help_shows_every_settings_variable_and_default_at_80_columns():
+    from click.testing import CliRunner
+
+    from jevany_daemon.cli import _with_variables, app
+
+    command = typer_command(app)
+    _with_variables(command.commands["serve"])
+    result = CliRunner().invoke(command, ["serve", "--help"], terminal_width=80, prog_name="jevany-daemon")
+    assert result.exit_code == 0, result.output
+    text = result.output
+    assert max(map(len, text.splitlines())) <= 80
+    options = [p for p in command.commands["serve"].params if p.name != "help"]
+    for param in options:
+        assert param.help and "[default:" in param.help, param.name     # every option says what it defaults to
+        if param.name in set(SERVE_FIELDS) | set(ENGINE_FIELDS):
+            assert f"[env: JEVANY_{param.name.upper()}]" in param.help, param.name
+    flat = " ".join(text.split())
+    assert "JEVANY_LOG_LEVEL" in flat and "JEVANY_CACHE_DIR" in flat
+    assert "--max-state-tokens <int> Tokens the state may take" in flat
+
+
+def typer_command(app):
+    import typer
+
+    return typer.main.get_command(app)

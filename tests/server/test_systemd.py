@@ -41,6 +41,21 @@ def test_the_unit_has_what_operations_rely_on():
         assert directives.get(name), name
 
 
+def test_the_readme_install_steps_match_the_unit():
+    """What the unit points at is what the README installs, and a CPU host never pulls the CUDA torch."""
+    readme = (ROOT / "README.md").read_text()
+    steps = readme[readme.index("### systemd"):]
+    steps = steps[:steps.index("```", steps.index("```sh") + 5)]
+    directives = dict(line.split("=", 1) for line in UNIT.read_text().splitlines()
+                      if "=" in line and not line.startswith("#"))
+    documentation = directives["Documentation"].removeprefix("file://")
+    assert f"README.md {documentation}" in steps                     # installed where the unit looks
+    assert "pip install -c constraints-cpu.txt" in steps
+    env_file = directives["EnvironmentFile"].lstrip("-")
+    assert f"install -D -m 0640 -g jevany systemd/jevany-daemon.env {env_file}" in steps   # -D makes /etc/jevany
+    assert "sudo -u jevany jevany-ctl" not in readme                 # the service user has no PATH to find it
+
+
 def test_the_environment_file_documents_every_setting():
     text = ENV_FILE.read_text()
     for name in SERVE_FIELDS + ENGINE_FIELDS:
