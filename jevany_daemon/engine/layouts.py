@@ -188,13 +188,18 @@ class SharedLayout:
 
     @staticmethod
     def _prefixes(encs: list[Encoded], pad_id: int):
-        width = max(len(e.prefix) for e in encs)
-        ids = torch.full((len(encs), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(encs), width), dtype=torch.long)
-        pos = torch.zeros((len(encs), width), dtype=torch.long)
-        for i, e in enumerate(encs):
-            p = len(e.prefix)
-            ids[i, width - p:] = torch.tensor(e.prefix)
-            mask[i, width - p:] = 1
-            pos[i, width - p:] = torch.arange(p)
-        return ids, mask, pos
+        return left_padded([e.prefix for e in encs], pad_id)
+
+
+def left_padded(sequences: list[tuple[int, ...]], pad_id: int):
+    """(ids, 0/1 mask, positions) [N, longest], each sequence right-aligned: padding comes first."""
+    width = max(map(len, sequences))
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(sequences), width), dtype=torch.long)
+    pos = torch.zeros((len(sequences), width), dtype=torch.long)
+    for i, tokens in enumerate(sequences):
+        n = len(tokens)
+        ids[i, width - n:] = torch.tensor(tokens)
+        mask[i, width - n:] = 1
+        pos[i, width - n:] = torch.arange(n)
+    return ids, mask, pos

@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import torch
 
 from .cache_rows import join_rows, take_rows
-from .layouts import Backbone, Shape, _gather
+from .layouts import Backbone, Shape, _gather, left_padded
 from .masks import block_causal_mask, continued_block_causal_mask, padded_causal_mask
 from .prefix_cache import PrefixCache
 from .prompts import Encoded
@@ -189,15 +189,7 @@ class TwoPass(_Reuse):
 
     def _from_scratch(self, backbone: Backbone, group: list[_Stem], pad_id: int, device, dtype) -> int:
         """Stems from their first token, left-padded: padding before a recurrence leaves its state at zero."""
-        width = max(len(s.tokens) for s in group)
-        ids = torch.full((len(group), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(group), width), dtype=torch.long)
-        pos = torch.zeros((len(group), width), dtype=torch.long)
-        for i, s in enumerate(group):
-            n = len(s.tokens)
-            ids[i, width - n:], mask[i, width - n:], pos[i, width - n:] = (
-                torch.tensor(s.tokens), 1, torch.arange(n))
-        ids, mask, pos = ids.to(device), mask.to(device), pos.to(device)
+        ids, mask, pos = (t.to(device) for t in left_padded([s.tokens for s in group], pad_id))
         # Left padding: a padded query has no real key before it, so it keeps its diagonal.
         _, cache = backbone(input_ids=ids, attention_mask=padded_causal_mask(mask, dtype), padding_mask=mask,
                             position_ids=pos, return_cache=True)
