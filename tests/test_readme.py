@@ -1,0 +1,213 @@
+"""The README's and docs/REQUESTS.md's examples, run as written, so they cannot rot.
+
+Every ```sh and ```python block of the README runs, in README order, from one
+scratch directory (the README's own relative paths, like runs/tiny, land
+there), against a real daemon on the default endpoint. A block that cannot run
+here (it needs root, a GPU, an hour) says so in an HTML comment just above it:
+`<!-- example: not run by the README test: WHY -->`, and nothing else is
+skipped. A `jevany-daemon serve` line is started, must become ready on the
+default endpoint, and must exit 0 on SIGTERM.
+"""
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from jevany_client import JevClient, JevTimeoutError
+from jevany_client.answers import shape_answer
+from jevany_client.schema import parse_decision
+from tests.server.daemons import READY_WITHIN_S, STOP_WITHIN_S, wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+REQUESTS = ROOT / "docs" / "REQUESTS.md"
+NOT_RUN = re.compile(r"<!-- example: not run by the README test: (?P<why>.+?) -->")
+COMMAND_S = 180
+
+pytestmark = pytest.mark.skipif(
+    sys.prefix == sys.base_prefix,
+    reason="the README's commands live in the project's .venv; run the tests from it (make test)",
+)
+
+
+@dataclass
+class Block:
+    line: int          # the fence's line in its file, for failure messages
+    lang: str
+    text: str
+    not_run: str | None
+
+
+def blocks(path: Path, langs: tuple[str, ...]) -> list[Block]:
+    found, lines = [], path.read_text().split("\n")
+    i = 0
+    while i < len(lines):
+        fence = re.fullmatch(r"```(\w+)", lines[i])
+        if fence is None:
+            i += 1
+            continue
+        end = lines.index("```", i + 1)
+        if fence[1] in langs:
+            above = next((x for x in reversed(lines[:i]) if x.strip()), "")
+            marker = NOT_RUN.fullmatch(above.strip())
+            found.append(Block(i + 1, fence[1], "\n".join(lines[i + 1:end]),
+                               marker["why"] if marker else None))
+        i = end + 1
+    return found
+
+
+def commands(script: str) -> list[str]:
+    """A shell block's commands: continuation lines joined, comment lines dropped."""
+    out, pending = [], ""
+    for line in script.split("\n"):
+        if not pending and (not line.strip() or line.lstrip().startswith("#")):
+            continue
+        if line.endswith("\\"):
+            pending += line[:-1] + " "
+            continue
+        out.append(pending + line)
+        pending = ""
+    assert not pending, f"a continuation line ends the block: {pending!r}"
+    return out
+
+
+def is_server(command: str) -> bool:
+    return re.search(r"\bjevany-daemon serve\b", command) is not None and "--help" not in command
+
+
+class Sandbox:
+    """One scratch directory and environment for every example, and the daemon they talk to."""
+
+    def __init__(self, directory: Path, cache: Path):
+        self.dir = directory
+        (directory / ".venv").symlink_to(sys.prefix)
+        runtime = directory / "runtime"
+        runtime.mkdir(mode=0o700)
+        self.endpoint = f"ipc://{runtime}/jevany/daemon.sock"
+        drop = {"JEVANY_ENDPOINT", "JEVANY_CONTROL_ENDPOINT", "JEVANY_MODEL", "JEVANY_BIND",
+                "JEVANY_CONTROL", "VIRTUAL_ENV"}
+        self.env = {k: v for k, v in os.environ.items() if k not in drop}
+        self.env.update(XDG_RUNTIME_DIR=str(runtime), JEVANY_CACHE_DIR=str(cache),
+                        HF_HUB_OFFLINE="1", PATH=f"{sys.prefix}/bin:{os.environ['PATH']}")
+        self.daemon: subprocess.Popen | None = None
+        self.log = directory / "daemon.log"
+
+    def _state(self) -> str | None:
+        try:
+            with JevClient(self.endpoint, timeout=2, retries=0) as client:
+                return client.status()["state"]
+        except JevTimeoutError:
+            return None
+
+    def serve(self, command: str, where: str) -> subprocess.Popen:
+        """Start a serve command and wait until the default endpoint says ready."""
+        with open(self.log, "ab") as out:
+            proc = subprocess.Popen(["bash", "-c", f"exec {command}"], cwd=self.dir, env=self.env,
+                                    stdout=out, stderr=subprocess.STDOUT)
+
+        def ready():
+            assert proc.poll() is None, f"{where}: `{command}` exited {proc.returncode}:\n{self.log.read_text()}"
+            return self._state() == "ready"
+
+        wait_for(ready, READY_WITHIN_S, f"{where}: `{command}` ready on {self.endpoint}", poll_s=0.2)
+        return proc
+
+    def stop(self, proc: subprocess.Popen, where: str) -> None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            code = proc.wait(STOP_WITHIN_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(10)
+            raise
+        assert code == 0, f"{where}: exited {code} on SIGTERM:\n{self.log.read_text()}"
+
+    def ensure_daemon(self) -> None:
+        """The README's first serve line, kept serving; a fresh one after a block drained it."""
+        if self.daemon is not None and self.daemon.poll() is None and self._state() == "ready":
+            return
+        self.stop_daemon()
+        self.daemon = self.serve("jevany-daemon serve", "the examples' daemon")
+
+    def stop_daemon(self) -> None:
+        if self.daemon is not None and self.daemon.poll() is None:
+            self.stop(self.daemon, "the examples' daemon")
+        self.daemon = None
+
+    def run(self, argv: list[str], where: str) -> None:
+        done = subprocess.run(argv, cwd=self.dir, env=self.env, capture_output=True, text=True,
+                              timeout=COMMAND_S)
+        assert done.returncode == 0, (
+            f"{where}: exit {done.returncode}\nstdout:\n{done.stdout}\nstderr:\n{done.stderr}")
+
+
+@pytest.fixture(scope="module")
+def sandbox(tmp_path_factory):
+    box = Sandbox(tmp_path_factory.mktemp("readme"), tmp_path_factory.mktemp("readme-cache"))
+    yield box
+    box.stop_daemon()
+
+
+def test_every_example_runs_or_says_why_not():
+    found = blocks(README, ("sh", "python"))
+    assert len(found) >= 15, "the README's examples were not found"
+    for block in found:
+        assert block.not_run is None or len(block.not_run) > 10, f"README.md:{block.line}: say why"
+    # The examples a new user tries first are never exempt.
+    run = "\n".join(b.text for b in found if b.not_run is None)
+    for must in ("jevany-daemon serve", "JevClient()", "decide_many", "JevModel.load",
+                 "jevany-ctl status", "jevany-client decide", "jevany-ctl drain"):
+        assert must in run, f"no README example that runs uses {must}"
+
+
+def test_readme_examples_run_as_written(sandbox):
+    ran = 0
+    for block in blocks(README, ("sh", "python")):
+        if block.not_run is not None:
+            continue
+        where = f"README.md:{block.line}"
+        if block.lang == "python":
+            sandbox.ensure_daemon()
+            sandbox.run([sys.executable, "-c", block.text], where)
+            ran += 1
+            continue
+        servers = [c for c in commands(block.text) if is_server(c)]
+        if servers:
+            sandbox.stop_daemon()      # they take the default endpoint themselves
+        else:
+            sandbox.ensure_daemon()
+        for command in commands(block.text):
+            if is_server(command):
+                sandbox.stop(sandbox.serve(command, where), f"{where}: `{command}`")
+            else:
+                sandbox.run(["bash", "-o", "pipefail", "-c", command], f"{where}: `{command}`")
+            ran += 1
+    assert ran >= 15
+    # What the examples left behind is what they promised.
+    assert (sandbox.dir / "runs" / "tiny" / "head.pt").is_file()
+    assert (sandbox.dir / "request.json").is_file()
+
+
+def test_requests_md_examples_are_accepted_and_its_worked_example_adds_up(sandbox):
+    """docs/REQUESTS.md: its bodies and questions are decided; its worked answer is what the code computes."""
+    found = [json.loads(b.text) for b in blocks(REQUESTS, ("json",))]
+    bodies = [x for x in found if "state" in x and "questions" in x]
+    questions = [x for x in found if "type" in x]
+    assert bodies and len(questions) == 3, "the examples of REQUESTS.md were not found"
+    sandbox.ensure_daemon()
+    with JevClient(sandbox.endpoint, timeout=60) as client:
+        for body in bodies + [{"state": {"ticket": "parcel lost"}, "questions": {"q": q}} for q in questions]:
+            result = client.decide(body["state"], body["questions"])
+            assert set(result["answers"]) == set(body["questions"])
+    # The worked example answers the first body's questions; the formulas must give its numbers.
+    worked = next(x for x in found if set(x) == set(bodies[0]["questions"]))
+    asked = {q.qid: q for q in parse_decision(bodies[0]).questions}
+    for qid, answer in worked.items():
+        probabilities = list(answer["probabilities"].values())
+        assert shape_answer(asked[qid], probabilities) == answer, qid
