@@ -1,4 +1,5 @@
 """Engine settings: one frozen dataclass, validated on construction so a bad value fails before weights load."""
+import math
 from dataclasses import dataclass
 
 LAYOUTS = ("auto", "rows", "packed", "shared")
@@ -43,6 +44,15 @@ class EngineConfig:
     prefix_cache: int = 4
     prefix_min_tokens: int = 384
     prefix_cache_bytes: int = 1 << 30
+    # JevAny's serve options, same names and defaults. date_facts: every pair of
+    # absolute dates in the state, as one sentence each, added to the state
+    # (JEVANY_DATE_FACTS=1). The choice readout's temperature (None: the
+    # model's), its log-linear blend with the checkpoint's native readout
+    # (0: none), and its longest prompt, the one-token answer included.
+    date_facts: bool = False
+    choice_temperature: float | None = None
+    choice_native_weight: float = 0.0
+    choice_max_tokens: int = 16_384
 
     def __post_init__(self):
         for name in ("max_batch_size", "max_packed_tokens", "max_state_tokens", "max_branch_tokens",
@@ -60,3 +70,15 @@ class EngineConfig:
             raise ValueError(f"batch_policy must be one of {', '.join(BATCH_POLICIES)}, got {self.batch_policy!r}")
         if self.max_padding_waste is not None and not 0.0 <= self.max_padding_waste <= 1.0:
             raise ValueError(f"max_padding_waste must be between 0 and 1, got {self.max_padding_waste!r}")
+        if not isinstance(self.date_facts, bool):
+            raise ValueError(f"date_facts must be true or false, got {self.date_facts!r}")
+        t = self.choice_temperature
+        if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t)
+                              or t <= 0):
+            raise ValueError(f"choice_temperature must be a finite number > 0, got {t!r}")
+        w = self.choice_native_weight
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not 0.0 <= w <= 1.0:
+            raise ValueError(f"choice_native_weight must be a number from 0 to 1, got {w!r}")
+        m = self.choice_max_tokens
+        if isinstance(m, bool) or not isinstance(m, int) or m < 2:
+            raise ValueError(f"choice_max_tokens must be an integer >= 2, got {m!r}")

@@ -4,6 +4,8 @@ prompts.py   request → tokens (native delimiters or choice-token chat prompt)
 layouts.py   tokens → one forward pass (rows, packed, or shared: prefix, then branches from its cache)
 masks.py     attention masks in which every query row has a key (CUDA returns NaN where none is)
 readouts.py  hidden states → probabilities (pointer, lm_token, choice)
+native_blend.py  the choice readout pooled with a checkpoint's own readout (choice_native_weight)
+date_facts.py    day counts between the dates of a state, added to it before encoding (date_facts)
 batching.py  which requests share a pass, and who runs it (group commit)
 prefix_cache.py  prefixes already computed, kept LRU within entry and byte bounds; the head pinned
 prefix_reuse.py  passes that continue from the longest kept prefix (one pass, or two on hybrid models)

@@ -28,14 +28,16 @@ from jevany_daemon.config import EngineConfig, default_padding_waste
 from jevany_daemon.model.decision_model import DecisionModel
 
 from .batching import BatchLimits, GroupCommit, Pending, drain, take_batch
+from .date_facts import TooLong, with_date_facts
 from .faults import (DeviceLost, NonFiniteError, check_finite, is_device_lost, is_out_of_memory,
                      release_cached_memory)
-from .layouts import PACKED_PROVEN, SHARED_PROVEN, PackedLayout, RowsLayout, SharedLayout
+from .layouts import PACKED_PROVEN, SHARED_PROVEN, PackedLayout, RowsLayout, Shape, SharedLayout
 from .masks import per_layer_type
+from .native_blend import both_passes, native_blend
 from .policy import BatchPolicy
 from .prefix_cache import PrefixCache
 from .prefix_reuse import OnePass, TwoPass
-from .prompts import ChoiceEncoder, Encoded, Limits, NativeEncoder
+from .prompts import Encoded, Limits, make_encoder
 from .readouts import make_readout
 
 LATEST_ALIAS = "jevany-latest"
@@ -47,6 +49,8 @@ class Admitted:
     """A validated, encoded request, ready to join a batch."""
     request: DecisionRequest
     encoded: Encoded
+    origin: str | None = None     # where the caller came from (the daemon: zmq or http); opaque here
+    native: Encoded | None = None  # its native-readout encoding, when the choice readout blends one in
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,7 @@ class BatchRecord:
     real_tokens: int
     latency_ms: float
     ok: bool
+    origins: tuple = ()           # the distinct origins of its requests, sorted
 
 
 @dataclass
@@ -121,8 +126,12 @@ class Engine:
     ):
         self.model, self.config, self.observer = model, config, observer
         self.layout = choose_layout(model, config.layout)
-        self.readout = make_readout(model)
-        self.encoder = _make_encoder(model)
+        self.readout = make_readout(model, config.choice_temperature)
+        self.encoder = make_encoder(model)
+        self.blend = native_blend(model, config.choice_native_weight)
+        self.max_options = self.readout.max_options
+        if self.blend is not None:
+            self.max_options = min(self.max_options, self.blend.readout.max_options)
         # With a prefix cache, every request without media continues from the longest
         # prefix the cache holds (prefix_reuse.py); the configured layout serves the rest.
         self.memory, self._reuse = None, None
@@ -131,7 +140,8 @@ class Engine:
             reuse = OnePass if model.model_type in PACKED_PROVEN and not model.hybrid else TwoPass
             self._reuse = reuse(self.memory, getattr(self.encoder, "head", ()))
         window = model.context_window
-        self.limits = Limits(min(config.max_state_tokens, window), min(config.max_branch_tokens, window), window)
+        self.limits = Limits(min(config.max_state_tokens, window), min(config.max_branch_tokens, window), window,
+                             min(config.choice_max_tokens, window))
         waste = config.max_padding_waste
         if waste is None:
             waste = default_padding_waste(model.device.type)
@@ -145,27 +155,42 @@ class Engine:
 
     # --- admit -----------------------------------------------------------
 
-    def admit(self, body: Any) -> Admitted:
+    def admit(self, body: Any, origin: str | None = None) -> Admitted:
         """Validate and encode; raises the typed error the caller should get."""
         request = body if isinstance(body, DecisionRequest) else parse_decision(body)
         self._check_model(request)
         if request.media and not self.model.multimodal:
             raise UnsupportedMediaError("checkpoint does not support media")
         for q in request.questions:
-            if q.n_options > self.readout.max_options:
+            if q.n_options > self.max_options:
                 raise InvalidRequestError(
                     f"questions.{q.qid}: the {self.model.readout} readout supports at most "
-                    f"{self.readout.max_options} options, got {q.n_options}"
+                    f"{self.max_options} options, got {q.n_options}"
                 )
+        if self.config.date_facts:
+            request = replace(request, state=self._with_date_facts(request.state))
         with self._tokenizer_lock:
             encoded = self.encoder.encode(request, self.limits)
+            native = None if self.blend is None else self.blend.encoder.encode(request, self.limits)
         # The configured layout's cost, cached or not: a request is admitted or refused
-        # the same whatever the cache holds at the moment.
-        shape = self.layout.shape(encoded)
-        cost = shape.rows * shape.width + shape.prefix
-        if cost > self.config.max_packed_tokens:
-            raise ContextLengthError(f"request exceeds {self.config.max_packed_tokens} packed tokens: {cost}")
-        return Admitted(request, encoded)
+        # the same whatever the cache holds at the moment. A blended request runs two
+        # passes, each of which must fit.
+        for enc in [e for e in (encoded, native) if e is not None]:
+            shape = self.layout.shape(enc)
+            cost = shape.rows * shape.width + shape.prefix
+            if cost > self.config.max_packed_tokens:
+                raise ContextLengthError(f"request exceeds {self.config.max_packed_tokens} packed tokens: {cost}")
+        return Admitted(request, encoded, origin, native=native)
+
+    def _with_date_facts(self, state: Any) -> Any:
+        # Facts grow with the square of the dates: stop building them once the state
+        # could no longer fit its token limit, as the encoder would refuse it anyway.
+        per_token = self.encoder.per_token
+        try:
+            return with_date_facts(state, max_chars=self.limits.state * per_token)
+        except TooLong as exc:
+            raise ContextLengthError(f"state exceeds {self.limits.state} tokens: at least "
+                                     f"{-(-exc.chars // per_token)} with its date facts") from None
 
     def _check_model(self, request: DecisionRequest) -> None:
         if request.model not in (None, self.model.model_id, LATEST_ALIAS):
@@ -175,9 +200,19 @@ class Engine:
 
     def pending(self, admitted: Admitted) -> Pending:
         layout = self._layout_for(admitted)
-        shape = layout.shape(admitted.encoded)
-        return Pending(admitted, shape.rows, shape.width, layout.real_tokens(admitted.encoded),
+        shape, real = self._cost(admitted)
+        return Pending(admitted, shape.rows, shape.width, real,
                        alone=bool(admitted.request.media), prefix=shape.prefix, group=layout.name)
+
+    def _cost(self, admitted: Admitted) -> tuple[Shape, int]:
+        """(shape in a batch, real tokens) of a request, both passes counted when it blends."""
+        layout = self._layout_for(admitted)
+        shape, real = layout.shape(admitted.encoded), layout.real_tokens(admitted.encoded)
+        if admitted.native is not None:
+            # The native pass never uses the prefix cache: the configured layout runs it.
+            shape = both_passes(shape, self.layout.shape(admitted.native))
+            real += self.layout.real_tokens(admitted.native)
+        return shape, real
 
     def _layout_for(self, admitted: Admitted):
         # Media tokens are not in the ids a cache entry is keyed on: never cached.
@@ -255,10 +290,12 @@ class Engine:
         encs = [a.encoded for a in batch]
         model = self.model
         layout = self._layout_for(batch[0])     # one group per batch (batching.take_batch)
-        real = sum(layout.real_tokens(e) for e in encs)
-        width = max(layout.shape(e).width for e in encs)
+        costs = [self._cost(a) for a in batch]
+        real = sum(r for _, r in costs)
+        width = max(shape.width for shape, _ in costs)
         counts = [q.n_options for a in batch for q in a.request.questions]
         plan = self.readout.plan(counts, model.output_device)
+        native_plan = None if self.blend is None else self.blend.readout.plan(counts, model.output_device)
         _sync(model.device)   # latency is the forward pass alone, between device syncs
         started = time.perf_counter()
         ok, padded = False, 0
@@ -266,13 +303,21 @@ class Engine:
             with torch.inference_mode():
                 gathered, padded = layout.forward(self._backbone, encs, self.pad_id, model.device, model.dtype)
                 probs = self.readout.probabilities(gathered, plan)
+                if native_plan is not None:
+                    native, extra = self._native_pass(batch, native_plan)
+                    padded += extra
             _sync(model.device)
             check_finite(probs)    # CUDA kernels can return NaN where the CPU's return zeros
+            if native_plan is not None:
+                check_finite(native)
+                probs = self.blend.pool(probs, native)
+                check_finite(probs)
             ok = True
         finally:
             seconds = time.perf_counter() - started
             latency = round(seconds * 1000, 1)
-            rec = BatchRecord(len(batch), padded, real, latency, ok)
+            rec = BatchRecord(len(batch), padded, real, latency, ok,
+                              tuple(sorted({a.origin for a in batch if a.origin is not None})))
             self.stats.record(rec)
             if ok:
                 self.policy.record(width, len(batch), real, seconds)
@@ -284,6 +329,13 @@ class Engine:
             results.append(self._result(a, probs[at: at + n], latency, len(batch), padded))
             at += n
         return results
+
+    def _native_pass(self, batch: list[Admitted], plan) -> tuple[list[list[float]], int]:
+        """The checkpoint's own readout on the same batch, in the configured layout (never the prefix cache)."""
+        model = self.model
+        hidden, padded = self.layout.forward(self._backbone, [a.native for a in batch], self.pad_id, model.device,
+                                             model.dtype)
+        return self.blend.readout.probabilities(hidden, plan), padded
 
     def _backbone(self, *, attention_mask, padding_mask=None, return_cache: bool = False, cache=None, **inputs):
         """The decoder's final hidden states; with return_cache, and the cache a later pass continues from."""
@@ -340,7 +392,9 @@ class Engine:
             "context_window": m.context_window,
             "linear_attention": m.info.get("linear_attention"),   # which kernels, on hybrid models
             "random_weights": bool(m.info.get("random_weights")),  # the built-in demo model
-            "max_options": self.readout.max_options,
+            "max_options": self.max_options,
+            "choice_readout": self._describe_choice(),
+            "date_facts": self.config.date_facts,
             "limits": {
                 "max_state_tokens": self.limits.state,
                 "max_branch_tokens": self.limits.branch,
@@ -353,14 +407,15 @@ class Engine:
                                                 "measured_tokens_per_s": self.policy.as_dict()},
         }
 
-
-def _make_encoder(model: DecisionModel):
-    if model.readout == "choice":
-        return ChoiceEncoder(model.tokenizer)
-    symbols = None
-    if model.readout == "lm_token":
-        symbols = [model.tokenizer.decode([i]) for i in model.verbalizer_ids]
-    return NativeEncoder(model.tokenizer, model.decision_tokens, symbols)
+    def _describe_choice(self) -> dict | None:
+        """The choice readout's settings, under JevAny's names; None for the other readouts."""
+        if self.model.readout != "choice":
+            return None
+        out = {"temperature": self.readout.temperature, "native_weight": self.config.choice_native_weight,
+               "max_tokens": self.limits.choice}
+        if self.blend is not None:
+            out |= {"native_readout": self.blend.kind, "native_temperature": self.blend.temperature}
+        return out
 
 
 def _pad_id(tokenizer) -> int:

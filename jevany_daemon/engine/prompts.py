@@ -64,6 +64,7 @@ class Limits:
     state: int
     branch: int
     window: int
+    choice: int | None = None   # the choice readout's longest prompt, answer included (None: no cap of its own)
 
 
 def max_token_chars(tokenizer) -> int:
@@ -229,7 +230,7 @@ class ChoiceEncoder:
 
     def encode(self, request: DecisionRequest, limits: Limits) -> Encoded:
         self._check_state(request, limits.state)
-        limit = min(limits.branch, limits.window)
+        limit = min(limits.branch, limits.window, limits.choice or limits.window)
         state = self._state_text(request)
         spans = [self._prompt(state, q) for q in request.questions]
         texts = [text for text, _, _ in spans]
@@ -308,3 +309,13 @@ def _described(key: str, desc) -> str:
 
 def _blank(value) -> bool:
     return value is None or (isinstance(value, str) and not value.strip())
+
+
+def make_encoder(model):
+    """The prompt style of a DecisionModel's readout."""
+    if model.readout == "choice":
+        return ChoiceEncoder(model.tokenizer)
+    symbols = None
+    if model.readout == "lm_token":
+        symbols = [model.tokenizer.decode([i]) for i in model.verbalizer_ids]
+    return NativeEncoder(model.tokenizer, model.decision_tokens, symbols)

@@ -18,9 +18,11 @@ from jevany_daemon.model.decision_model import DecisionModel
 from .prompts import CHOICE_IDS
 
 
-def make_readout(model: DecisionModel):
-    kinds = {"pointer": PointerReadout, "lm_token": TokenReadout, "choice": ChoiceReadout}
-    return kinds[model.readout](model)
+def make_readout(model: DecisionModel, choice_temperature: float | None = None):
+    """The model's readout; choice_temperature (None: the model's) applies to the choice readout only."""
+    if model.readout == "choice":
+        return ChoiceReadout(model, choice_temperature)
+    return {"pointer": PointerReadout, "lm_token": TokenReadout}[model.readout](model)
 
 
 @dataclass(frozen=True)
@@ -124,8 +126,8 @@ class ChoiceReadout(_LabelReadout):
     pooled with log-sum-exp, after the model's final-logit softcap if it has one.
     """
 
-    def __init__(self, model: DecisionModel):
-        self.temperature = model.temperature
+    def __init__(self, model: DecisionModel, temperature: float | None = None):
+        self.temperature = model.temperature if temperature is None else float(temperature)
         aliases = choice_aliases(model.tokenizer)
         usable = 0
         while usable < len(CHOICE_IDS) and aliases[CHOICE_IDS[usable]]:

@@ -4,7 +4,7 @@ Loading (loading.py) produces one of these; the engine consumes it. Keeping the
 contract in one small dataclass lets tests build models directly and lets the
 engine stay ignorant of checkpoint formats.
 """
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -35,6 +35,11 @@ class DecisionModel:
     # on output_device (the final norm's), not on device. None: device.
     output_device: torch.device | None = None
     devices: tuple[torch.device, ...] = ()       # every device holding weights; empty: (device,)
+    # A JevAny checkpoint served through the choice readout keeps its own
+    # readout (pointer or lm_token: head, verbalizers, delimiters above) and
+    # that readout's trained temperature, for the choice readout's native blend.
+    native_readout: str | None = None
+    native_temperature: float = 1.0
 
     def __post_init__(self):
         self.output_device = self.output_device or self.device
@@ -75,3 +80,10 @@ class DecisionModel:
     @property
     def max_options(self) -> int:
         return MAX_OPTIONS[self.readout]
+
+    def native(self) -> "DecisionModel":
+        """The same weights seen through the checkpoint's own readout (native_readout must be set)."""
+        if self.native_readout is None:
+            raise ValueError(f"{self.source!r} has no native readout")
+        return replace(self, readout=self.native_readout, temperature=self.native_temperature,
+                       native_readout=None)

@@ -253,14 +253,22 @@ def _load_checkpoint(run_dir: Path, readout, *, source, model_id, placement, dty
     head = None
     if meta.decision_mode == "pointer":
         head = _pointer_head(meta, causal_lm, where["output_device"], source)
+    if readout == "choice":
+        # The checkpoint keeps its own readout beside the choice readout (the native
+        # blend), and the trained temperature belongs to that one.
+        readouts = dict(readout="choice", temperature=1.0 if temperature is None else float(temperature),
+                        native_readout=meta.decision_mode, native_temperature=float(meta.temperature))
+    else:
+        readouts = dict(readout=meta.decision_mode,
+                        temperature=float(meta.temperature if temperature is None else temperature))
     return DecisionModel(
         model_id=model_id, source=source, causal_lm=causal_lm, tokenizer=tokenizer,
-        readout=meta.decision_mode, **where, dtype=dtype, decision_tokens=decision_tokens,
+        **readouts, **where, dtype=dtype, decision_tokens=decision_tokens,
         head=head, verbalizer_ids=verbalizer_ids,
-        temperature=float(meta.temperature if temperature is None else temperature),
         multimodal=meta.multimodal,
         info={
             "kind": "jevany-checkpoint", "base": base, "base_revision": base_revision, "lora": meta.lora,
+            "decision_mode": meta.decision_mode,    # its own readout, whichever one serves
             "head_type": meta.head_type if meta.decision_mode == "pointer" else None,
             "branch_mode": meta.branch_mode, "option_isolation": meta.option_isolation,
             "weights_dtype": meta.weights_dtype, "verbalizers": len(verbalizer_ids),
@@ -272,11 +280,17 @@ def _load_checkpoint(run_dir: Path, readout, *, source, model_id, placement, dty
 def _check_meta(meta: Meta, readout: str | None, temperature: float | None, source: str) -> None:
     if meta.decision_mode not in ("pointer", "lm_token"):
         raise ModelLoadError(f"{source!r}: unknown decision_mode {meta.decision_mode!r} in {HEAD_FILE}")
-    if readout is not None and readout != meta.decision_mode:
+    if readout not in (None, "choice", meta.decision_mode):
         raise ModelLoadError(
             f"{source!r} is a JevAny {meta.decision_mode} checkpoint; readout {readout!r} was requested"
         )
-    if temperature is None and not _valid_temperature(meta.temperature):
+    if readout == "choice" and meta.special_embeddings:
+        # JevAny's rule: the choice prompt never uses the trained delimiter rows, and
+        # the choice readout is not validated on checkpoints that trained them.
+        raise ModelLoadError(f"{source!r} is a checkpoint with trained special embeddings; the choice "
+                             "readout is not validated for those")
+    # Through the choice readout, the file's temperature still serves the native blend.
+    if (temperature is None or readout == "choice") and not _valid_temperature(meta.temperature):
         raise ModelLoadError(f"{source!r}: temperature in {HEAD_FILE} must be positive and finite, "
                              f"got {meta.temperature!r}")
     if meta.multimodal:

@@ -196,6 +196,33 @@ def test_checkpoint_refuses_another_readout(tiny_model):
         load_model(str(tiny_model("qwen3", "pointer")), readout="letter")
 
 
+@pytest.mark.parametrize("native", ["pointer", "lm_token"])
+def test_a_checkpoint_served_by_the_choice_readout_keeps_its_own(tiny_model, loaded_model, native):
+    model = load_model(str(tiny_model("qwen3", native)), readout="choice")
+    served = loaded_model("qwen3", native)
+    assert model.readout == "choice" and model.native_readout == native
+    assert model.info["decision_mode"] == native and model.decision_tokens == DECISION_TOKENS
+    # The trained temperature calibrates the native readout; the choice readout starts at 1.
+    assert model.temperature == 1.0 and model.native_temperature == served.temperature
+    view = model.native()
+    assert view.readout == native and view.temperature == served.temperature and view.native_readout is None
+    assert view.causal_lm is model.causal_lm and view.verbalizer_ids == served.verbalizer_ids
+    assert (view.head is None) == (native == "lm_token")
+    assert load_model(str(tiny_model("qwen3", native)), readout="choice", temperature=0.5).temperature == 0.5
+
+
+def test_a_plain_model_has_no_native_view(loaded_model):
+    with pytest.raises(ValueError, match="no native readout"):
+        loaded_model("qwen3", "choice").native()
+
+
+def test_the_choice_readout_refuses_trained_special_embeddings(tiny_model, tmp_path):
+    meta = torch.load(tiny_model("qwen3", "pointer") / "head.pt", weights_only=True)
+    torch.save({**meta, "special_embeddings": True}, tmp_path / "head.pt")
+    with pytest.raises(ModelLoadError, match="trained special embeddings"):
+        load_model(str(tmp_path), readout="choice")
+
+
 def test_broken_head_file(tmp_path):
     (tmp_path / "head.pt").write_bytes(b"\x00garbage")
     with pytest.raises(ModelLoadError, match="cannot read"):
