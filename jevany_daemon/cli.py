@@ -67,6 +67,9 @@ def serve(
                                 "readout, or choice for a plain causal LM]", show_default=False),
     model_id: str = typer.Option(None, "--model-id", help="Name replies give as 'model'. [default: from the source]",
                                  show_default=False),
+    temperature: float = typer.Option(None, "--temperature", help="The native readouts' (pointer, lm_token) "
+                                      "temperature, as JevAny's JEVANY_TEMPERATURE. [default: the "
+                                      "checkpoint's, from head.pt]", show_default=False),
     device: str = typer.Option(None, "--device", help="cpu, cuda (= cuda:0) or cuda:N; a comma-separated list "
                                "(cuda:0,cuda:1) starts one worker per device. Each worker sees only its own "
                                "GPU(s). [default: cpu]", show_default=False),
@@ -152,6 +155,33 @@ def serve(
     insecure: bool = typer.Option(None, "--insecure/--no-insecure", help="Allow plain TCP on a non-loopback "
                                   "address (anyone who reaches it can use the model). [default: off]",
                                   show_default=False),
+    date_facts: bool = typer.Option(None, "--date-facts/--no-date-facts", help="Add to each state one sentence "
+                                    "per pair of absolute dates in it ('August 3, 2026 is 12 days after July "
+                                    "22, 2026.'), as JevAny's JEVANY_DATE_FACTS=1. [default: off]",
+                                    show_default=False),
+    choice_temperature: float = typer.Option(None, "--choice-temperature", help="The choice readout's "
+                                             "temperature. [default: the model's, 1.0 for a plain causal LM]",
+                                             show_default=False),
+    choice_native_weight: float = typer.Option(None, "--choice-native-weight", help="0 to 1: blend the choice "
+                                               "readout with the checkpoint's native readout in log space "
+                                               "(JevAny's native_weight; a JevAny run directory's head). "
+                                               "[default: 0, choice alone]", show_default=False),
+    choice_max_tokens: int = typer.Option(None, "--choice-max-tokens", help="Longest choice prompt, the "
+                                          "one-token answer included; capped by the context window. "
+                                          "[default: 16384]", show_default=False),
+    letter_temperature: float = typer.Option(None, "--letter-temperature", hidden=True),
+    letter_pointer_weight: float = typer.Option(None, "--letter-pointer-weight", hidden=True),
+    letter_max_tokens: int = typer.Option(None, "--letter-max-tokens", hidden=True),
+    media_root: str = typer.Option(None, "--media-root", help="Directory media URIs resolve in; media is off "
+                                   "without it. [default: off]", show_default=False),
+    media_max_bytes: int = typer.Option(None, "--media-max-bytes", help="Bytes per media file. "
+                                        "[default: 52428800]", show_default=False),
+    media_total_bytes: int = typer.Option(None, "--media-total-bytes", help="Media bytes per request; at least "
+                                          "--media-max-bytes. [default: 104857600]", show_default=False),
+    media_max_pixels: int = typer.Option(None, "--media-max-pixels", help="Pixels per image or video frame. "
+                                         "[default: 16777216]", show_default=False),
+    media_max_video_frames: int = typer.Option(None, "--media-max-video-frames", help="Frames per video, as "
+                                               "the file declares. [default: 3600]", show_default=False),
     config: Path = typer.Option(None, "--config", help="TOML file of the same settings (snake_case keys). "
                                 "[default: none]", show_default=False),
 ) -> None:
@@ -178,7 +208,19 @@ def serve(
     except ValueError:
         typer.echo(f"error: --socket-mode: {socket_mode!r} is not a file mode such as 0660", err=True)
         raise typer.Exit(2) from None
-    flags = dict(model=model, readout=readout, model_id=model_id, device=device, device_map=device_map,
+    # JevAny's legacy spellings of the choice readout's options ("letter") still work.
+    legacy = (("--choice-temperature", choice_temperature, "--letter-temperature", letter_temperature),
+              ("--choice-native-weight", choice_native_weight, "--letter-pointer-weight", letter_pointer_weight),
+              ("--choice-max-tokens", choice_max_tokens, "--letter-max-tokens", letter_max_tokens))
+    for flag, value, old_flag, old_value in legacy:
+        if value is not None and old_value is not None:
+            typer.echo(f"error: give at most one of {flag} and its legacy spelling {old_flag}", err=True)
+            raise typer.Exit(2)
+    choice_temperature = choice_temperature if letter_temperature is None else letter_temperature
+    choice_native_weight = choice_native_weight if letter_pointer_weight is None else letter_pointer_weight
+    choice_max_tokens = choice_max_tokens if letter_max_tokens is None else letter_max_tokens
+    flags = dict(model=model, readout=readout, model_id=model_id, temperature=temperature, device=device,
+                 device_map=device_map,
                  max_memory_gib=max_memory_gib, dtype=dtype, workers=workers,
                  cpu_threads=cpu_threads, heartbeat_timeout=heartbeat_timeout, batch_timeout=batch_timeout,
                  socket_mode=mode,
@@ -189,7 +231,11 @@ def serve(
                  max_branch_tokens=max_branch_tokens, max_padding_waste=max_padding_waste, layout=layout,
                  batch_policy=batch_policy, prefix_cache=prefix_cache, prefix_min_tokens=prefix_min_tokens,
                  prefix_cache_bytes=prefix_cache_bytes, max_queue=max_queue, max_message_bytes=max_message_bytes,
-                 log_requests=log_requests)
+                 log_requests=log_requests, date_facts=date_facts,
+                 choice_temperature=choice_temperature, choice_native_weight=choice_native_weight,
+                 choice_max_tokens=choice_max_tokens, media_root=media_root, media_max_bytes=media_max_bytes,
+                 media_total_bytes=media_total_bytes, media_max_pixels=media_max_pixels,
+                 media_max_video_frames=media_max_video_frames)
     try:
         settings = resolve(flags, config)
     except SettingsError as exc:

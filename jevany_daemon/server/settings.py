@@ -28,8 +28,9 @@ _TCP_HOST = re.compile(r"tcp://\[?([^\]]*?)\]?:\d+")
 
 # What a reload may change: everything a worker is built from. The rest
 # (sockets, queue, keys, metrics) needs a restart, and a reload says so.
-RELOADABLE = ("model", "readout", "model_id", "device", "dtype", "workers", "cpu_threads",
+RELOADABLE = ("model", "readout", "model_id", "temperature", "device", "dtype", "workers", "cpu_threads",
               "device_map", "max_memory_gib", "heartbeat_timeout", "batch_timeout", "engine")
+MEDIA_CAPS = ("media_max_bytes", "media_total_bytes", "media_max_pixels", "media_max_video_frames")
 
 
 class SettingsError(ValueError):
@@ -41,6 +42,7 @@ class ServeSettings:
     model: str | None = None          # None: the built-in tiny demo model (random weights)
     readout: str | None = None        # None: the checkpoint's own, or choice for a plain causal LM
     model_id: str | None = None
+    temperature: float | None = None  # the native readouts' temperature; None: the checkpoint's
     device: str = "cpu"               # one device, or a comma-separated list: one worker each
     device_map: str | None = None     # one of DEVICE_MAPS: one worker spans every GPU in device
     max_memory_gib: float | None = None   # per GPU, for the device map; None: what is free
@@ -59,6 +61,12 @@ class ServeSettings:
     curve_secret_key: str | None = None       # server key file; TCP endpoints then require CURVE
     curve_allowed_clients: str | None = None  # directory of allowed clients' public key files
     insecure: bool = False            # allow plain TCP on a non-loopback address
+    # Media policy (JevAny's variables and defaults); off unless media_root is set.
+    media_root: str | None = None
+    media_max_bytes: int = 50 << 20          # per file
+    media_total_bytes: int = 100 << 20       # per request; at least media_max_bytes
+    media_max_pixels: int = 4096 * 4096      # per image or video frame
+    media_max_video_frames: int = 3600
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     @property
@@ -122,9 +130,10 @@ ENGINE_FIELDS = tuple(f.name for f in fields(EngineConfig))
 SERVE_FIELDS = tuple(f.name for f in fields(ServeSettings) if f.name != "engine")
 _INTS = {"max_queue", "max_message_bytes", "max_batch_size", "max_packed_tokens",
          "max_state_tokens", "max_branch_tokens", "workers", "cpu_threads", "metrics_port",
-         "prefix_cache", "prefix_min_tokens", "prefix_cache_bytes"}
-_FLOATS = {"max_padding_waste", "heartbeat_timeout", "batch_timeout", "max_memory_gib"}
-_BOOLS = {"log_requests", "insecure"}
+         "prefix_cache", "prefix_min_tokens", "prefix_cache_bytes", "choice_max_tokens", *MEDIA_CAPS}
+_FLOATS = {"max_padding_waste", "heartbeat_timeout", "batch_timeout", "max_memory_gib",
+           "choice_temperature", "choice_native_weight", "temperature"}
+_BOOLS = {"log_requests", "insecure", "date_facts"}
 
 
 def _from_env(env) -> dict:
@@ -232,6 +241,7 @@ def validate(s: ServeSettings, cuda_count: Callable[[], int] = device_names.cuda
         _positive_int(name, getattr(s, name))
     _validate_endpoints(s)
     _validate_security(s)
+    _validate_media(s)
     if s.metrics_port is not None and (isinstance(s.metrics_port, bool) or not isinstance(s.metrics_port, int)
                                        or not 0 <= s.metrics_port <= 65535):
         raise SettingsError(f"metrics_port must be a port number (0 picks a free one), got {s.metrics_port!r}")
@@ -249,10 +259,21 @@ def _validate_model(s: ServeSettings) -> None:
         raise SettingsError(f"readout must be one of {', '.join(READOUTS)}, got {s.readout!r}")
     if s.dtype not in DTYPES:
         raise SettingsError(f"dtype must be one of {', '.join(DTYPES)}, got {s.dtype!r}")
+    t = s.temperature
+    if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0):
+        raise SettingsError(f"temperature must be a finite number > 0, got {t!r}")
     if s.model is not None and not s.model.strip():
         raise SettingsError("model must not be empty")
     if s.model is not None and (problem := local_problem(s.model)):
         raise SettingsError(problem)      # before a worker starts: a path that is not there is a setting
+    if s.engine.choice_native_weight > 0:
+        if s.readout != "choice":
+            raise SettingsError("choice_native_weight blends the choice readout with the checkpoint's own "
+                                "readout; it needs readout choice (--readout choice)")
+        if s.model is None or (Path(s.model).is_dir() and not (Path(s.model) / "head.pt").is_file()):
+            raise SettingsError(f"choice_native_weight blends in a JevAny checkpoint's own readout, and "
+                                f"{s.model or 'the demo model'} has none (no head.pt): a plain causal LM "
+                                "has nothing to blend with")
 
 
 def _validate_pool(s: ServeSettings) -> None:
@@ -333,6 +354,16 @@ def _validate_security(s: ServeSettings) -> None:
         raise SettingsError(f"{exposed[0]} is reachable from the network without CurveZMQ, so anyone there could "
                             "use the model; give --curve-secret-key and --curve-allowed-clients, bind 127.0.0.1, "
                             "or pass --insecure")
+
+
+def _validate_media(s: ServeSettings) -> None:
+    for name in MEDIA_CAPS:
+        _positive_int(name, getattr(s, name))
+    if s.media_total_bytes < s.media_max_bytes:
+        raise SettingsError(f"media_total_bytes ({s.media_total_bytes}) must be at least media_max_bytes "
+                            f"({s.media_max_bytes}): one file may take the whole request's allowance")
+    if s.media_root is not None and not s.media_root.strip():
+        raise SettingsError("media_root must not be empty; leave it unset to turn media off")
 
 
 def is_loopback(endpoint: str) -> bool:

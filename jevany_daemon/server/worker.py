@@ -75,6 +75,7 @@ def load_engine(settings: dict, observer=None):
               note="no --model given: serving a tiny model with RANDOM weights; its answers mean nothing")
     model = load_model(source, readout=settings["readout"], device=settings["device"],
                        dtype=settings["dtype"], model_id=settings["model_id"],
+                       temperature=settings.get("temperature"),
                        device_map=settings.get("device_map"), max_memory_gib=settings.get("max_memory_gib"))
     if settings["model"] is None:
         model.info["random_weights"] = True      # status and jevany-ctl say so, not only this log

@@ -290,7 +290,7 @@ def test_serve_help_shows_every_settings_variable_and_default_at_80_columns():
     assert result.exit_code == 0, result.output
     text = result.output
     assert max(map(len, text.splitlines())) <= 80
-    options = [p for p in command.commands["serve"].params if p.name != "help"]
+    options = [p for p in command.commands["serve"].params if p.name != "help" and not p.hidden]
     for param in options:
         assert param.help and "[default:" in param.help, param.name     # every option says what it defaults to
         if param.name in set(SERVE_FIELDS) | set(ENGINE_FIELDS):
@@ -304,3 +304,47 @@ def typer_command(app):
     import typer
 
     return typer.main.get_command(app)
+
+
+@pytest.mark.parametrize("flags,env,message", [
+    ({}, {"JEVANY_MEDIA_TOTAL_BYTES": "10", "JEVANY_MEDIA_MAX_BYTES": "20"},
+     "media_total_bytes .10. must be at least media_max_bytes .20."),
+    ({}, {"JEVANY_MEDIA_MAX_PIXELS": "0"}, "JEVANY_MEDIA_MAX_PIXELS: media_max_pixels must be an integer >= 1"),
+    ({}, {"JEVANY_CHOICE_NATIVE_WEIGHT": "1.5"}, "JEVANY_CHOICE_NATIVE_WEIGHT: choice_native_weight must be"),
+    ({"choice_max_tokens": 1}, {}, "--choice-max-tokens: choice_max_tokens must be an integer >= 2"),
+    ({}, {"JEVANY_TEMPERATURE": "0"}, "JEVANY_TEMPERATURE: temperature must be a finite number > 0"),
+    ({}, {"JEVANY_DATE_FACTS": "maybe"}, "JEVANY_DATE_FACTS"),
+])
+def test_jevany_serve_options_are_checked_before_loading(flags, env, message):
+    with pytest.raises(SettingsError, match=message):
+        resolve(flags, None, env=env)
+
+
+def test_jevany_serve_options_take_jevany_names_and_defaults(tmp_path):
+    s = resolve({}, None,
+                env={"JEVANY_DATE_FACTS": "1", "JEVANY_MEDIA_ROOT": str(tmp_path), "JEVANY_TEMPERATURE": "2"})
+    assert (s.engine.date_facts, s.media_root, s.temperature) == (True, str(tmp_path), 2.0)
+    assert (s.media_max_bytes, s.media_total_bytes, s.media_max_pixels, s.media_max_video_frames) == \
+        (50 << 20, 100 << 20, 4096 * 4096, 3600)
+    d = resolve({}, None, env={}).engine
+    assert (d.choice_temperature, d.choice_native_weight, d.choice_max_tokens, d.date_facts) == \
+        (None, 0.0, 16384, False)
+
+
+def test_legacy_letter_flags_are_the_choice_flags_and_both_at_once_is_refused(tmp_path):
+    proc = serve("--model", str(tmp_path / "none"), "--choice-temperature", "2", "--letter-temperature", "3")
+    assert proc.returncode == 2
+    assert "give at most one of --choice-temperature and its legacy spelling --letter-temperature" in proc.stderr
+    proc = serve("--model", str(tmp_path / "none"), "--letter-pointer-weight", "7")
+    assert proc.returncode == 2
+    assert "choice_native_weight must be a number from 0 to 1, got 7.0" in proc.stderr
+
+
+def test_a_native_blend_needs_the_choice_readout_and_a_checkpoint(tmp_path):
+    with pytest.raises(SettingsError, match="--choice-native-weight: choice_native_weight .* needs readout choice"):
+        resolve({"choice_native_weight": 0.5, "model": str(tmp_path)}, None, env={})
+    with pytest.raises(SettingsError, match="has none .no head.pt.: a plain causal LM has nothing to blend"):
+        resolve({"choice_native_weight": 0.5, "readout": "choice", "model": str(tmp_path)}, None, env={})
+    (tmp_path / "head.pt").write_bytes(b"")
+    assert resolve({"choice_native_weight": 0.5, "readout": "choice", "model": str(tmp_path)}, None,
+                   env={}).engine.choice_native_weight == 0.5
