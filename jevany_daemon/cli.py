@@ -155,6 +155,13 @@ def serve(
     insecure: bool = typer.Option(None, "--insecure/--no-insecure", help="Allow plain TCP on a non-loopback "
                                   "address (anyone who reaches it can use the model). [default: off]",
                                   show_default=False),
+    http: str = typer.Option(None, "--http", help="HOST:PORT to serve JevAny's HTTP routes on (POST "
+                             "/v1/systemone, GET /v1/models, GET /health), from a gateway process sharing "
+                             "the same queue and batches. A non-loopback address needs --http-token-file or "
+                             "--insecure. [default: off]", show_default=False),
+    http_token_file: str = typer.Option(None, "--http-token-file", help="File holding the token HTTP callers "
+                                        "must send as 'Authorization: Bearer TOKEN'. [default: none]",
+                                        show_default=False),
     date_facts: bool = typer.Option(None, "--date-facts/--no-date-facts", help="Add to each state one sentence "
                                     "per pair of absolute dates in it ('August 3, 2026 is 12 days after July "
                                     "22, 2026.'), as JevAny's JEVANY_DATE_FACTS=1. [default: off]",
@@ -231,7 +238,7 @@ def serve(
                  max_branch_tokens=max_branch_tokens, max_padding_waste=max_padding_waste, layout=layout,
                  batch_policy=batch_policy, prefix_cache=prefix_cache, prefix_min_tokens=prefix_min_tokens,
                  prefix_cache_bytes=prefix_cache_bytes, max_queue=max_queue, max_message_bytes=max_message_bytes,
-                 log_requests=log_requests, date_facts=date_facts,
+                 log_requests=log_requests, http=http, http_token_file=http_token_file, date_facts=date_facts,
                  choice_temperature=choice_temperature, choice_native_weight=choice_native_weight,
                  choice_max_tokens=choice_max_tokens, media_root=media_root, media_max_bytes=media_max_bytes,
                  media_total_bytes=media_total_bytes, media_max_pixels=media_max_pixels,

@@ -229,12 +229,26 @@ def format_status(s: dict) -> str:
                     f"requests, mean size {_number(batching.get('mean_batch_size'), '.2f')}"),
         ("latency", f"p50 {_number(latency.get('p50'), '.1f')} ms   "
                     f"p99 {_number(latency.get('p99'), '.1f')} ms"),
-        ("requests", f"{_text((requests.get('by_op') or {}).get('decide', 0))} decide   "
+        ("requests", f"{_text((requests.get('by_op') or {}).get('decide', 0))} decide{_transports(requests)}   "
                      f"{_text(requests.get('ok'))} ok   {_text(requests.get('error'))} error   "
                      f"(every op: ping and status count too)"),
+        *_http_row(s.get("http"), batching),
     ])
     blocks = [head, summary, _errors_block(requests), _workers_block(s), _histogram_block(batching)]
     return "\n\n".join(block for block in blocks if block)
+
+
+def _transports(requests: dict) -> str:
+    by = requests.get("decide_by_transport") or {}
+    return f" ({_text(by.get('zmq', 0))} zmq, {_text(by.get('http', 0))} http)" if by.get("http") else ""
+
+
+def _http_row(http, batching: dict) -> list:
+    if not isinstance(http, dict):
+        return []
+    return [("http", f"{_text(http.get('address'))}   gateway {_text(http.get('state'))}, pid "
+                     f"{_text(http.get('pid'))}, {_text(http.get('restarts'))} restarts   "
+                     f"{_text(batching.get('mixed_transport_batches', 0))} batches mixed http and zmq")]
 
 
 def format_models(result: dict) -> str:

@@ -14,6 +14,7 @@ class Entry:
     payload: bytes             # the request message as received; the worker takes its body from it
     received: float            # monotonic seconds
     deadline: float | None     # monotonic seconds after which it must not be scored
+    transport: str = "zmq"     # zmq, or http through the gateway: counted apart
 
 
 class RequestQueue:

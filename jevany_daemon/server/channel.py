@@ -7,13 +7,16 @@ worker → supervisor:  [HELLO, {"pid", "model", "load_s"}]  loaded, ready for w
                       [RESULTS, [[tag, ok, payload]...], stats, batches]
                                                           the hand-over's remaining answers; ready again.
                                                           batches: [[size, padded_tokens, real_tokens,
-                                                          latency_ms, ok]...], the passes since the last message
+                                                          latency_ms, ok, origins]...], the passes since the last
+                                                          message; origins: the transports its requests came by
                       [FAILED, message]                   could not load the model
                       [CLEARED, entries, prefix_cache]    emptied its prefix cache, which held that many;
                                                           its statistics now
 heartbeat socket   →  [HEARTBEAT]                         alive; sent every interval by a thread, from the
                                                           worker's identity + "/hb", while it scores too
-supervisor → worker:  [BATCH, [[tag, payload]...]]        everything it takes at once (request messages as received)
+supervisor → worker:  [BATCH, [[tag, payload, transport]...]]
+                                                          everything it takes at once (request messages as
+                                                          received; transport: zmq or http)
                       [STOP]                              finish and exit
                       [CLEAR]                             empty the prefix cache (after any batch in hand)
 """

@@ -15,8 +15,11 @@ WORKER_STATES = ("starting", "idle", "busy", "stopping")
 class Metrics:
     def __init__(self):
         r = self.registry = CollectorRegistry()
-        self.requests = Counter("jevany_requests", "Replies sent, by op and outcome (ok or the error code).",
-                                ["op", "outcome"], registry=r)
+        self.requests = Counter("jevany_requests", "Replies sent, by op, outcome (ok or the error code) and "
+                                "transport (zmq, or http through the gateway).",
+                                ["op", "outcome", "transport"], registry=r)
+        self.mixed_batches = Counter("jevany_mixed_transport_batches", "Forward passes that held both HTTP and "
+                                     "ZeroMQ requests.", registry=r)
         self.queue_depth = Gauge("jevany_queue_depth", "decide requests waiting for a worker.", registry=r)
         self.queue_max = Gauge("jevany_queue_max_depth", "The queue bound (--max-queue).", registry=r)
         self.inflight = Gauge("jevany_inflight_requests", "Requests handed to workers, not yet answered.",
@@ -58,12 +61,14 @@ class Metrics:
             self._server.server_close()
             self._server = None
 
-    def reply(self, op: str | None, code: str | None) -> None:
-        self.requests.labels(op or "unreadable", code or "ok").inc()
+    def reply(self, op: str | None, code: str | None, transport: str = "zmq") -> None:
+        self.requests.labels(op or "unreadable", code or "ok", transport).inc()
 
     def batches(self, records: list) -> None:
-        """records: [[size, padded_tokens, real_tokens, latency_ms, ok]...] from a worker's results."""
-        for size, padded, real, latency_ms, _ok in records:
+        """records: [[size, padded_tokens, real_tokens, latency_ms, ok, origins]...] from a worker's results."""
+        for size, padded, real, latency_ms, _ok, *origins in records:
+            if origins and len(origins[0]) > 1:
+                self.mixed_batches.inc()
             self.batch_size.observe(size)
             self.padded_tokens.observe(padded)
             self.tokens.labels("padded").inc(padded)

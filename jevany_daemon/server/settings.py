@@ -61,6 +61,8 @@ class ServeSettings:
     curve_secret_key: str | None = None       # server key file; TCP endpoints then require CURVE
     curve_allowed_clients: str | None = None  # directory of allowed clients' public key files
     insecure: bool = False            # allow plain TCP on a non-loopback address
+    http: str | None = None           # HOST:PORT of JevAny's HTTP routes (the gateway process); None: off
+    http_token_file: str | None = None    # file holding the bearer token HTTP callers must send
     # Media policy (JevAny's variables and defaults); off unless media_root is set.
     media_root: str | None = None
     media_max_bytes: int = 50 << 20          # per file
@@ -241,6 +243,7 @@ def validate(s: ServeSettings, cuda_count: Callable[[], int] = device_names.cuda
         _positive_int(name, getattr(s, name))
     _validate_endpoints(s)
     _validate_security(s)
+    _validate_http(s)
     _validate_media(s)
     if s.metrics_port is not None and (isinstance(s.metrics_port, bool) or not isinstance(s.metrics_port, int)
                                        or not 0 <= s.metrics_port <= 65535):
@@ -354,6 +357,38 @@ def _validate_security(s: ServeSettings) -> None:
         raise SettingsError(f"{exposed[0]} is reachable from the network without CurveZMQ, so anyone there could "
                             "use the model; give --curve-secret-key and --curve-allowed-clients, bind 127.0.0.1, "
                             "or pass --insecure")
+
+
+_HTTP = re.compile(r"(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})")
+
+
+def http_address(value: str) -> tuple[str, int]:
+    """HOST:PORT (IPv6 in brackets) → (host, port); ValueError names the form expected."""
+    match = _HTTP.fullmatch(value.strip()) if isinstance(value, str) else None
+    if match is None or not 0 <= int(match.group(2)) <= 65535:
+        raise ValueError(f"http must be HOST:PORT such as 127.0.0.1:8008, got {value!r}")
+    return match.group(1).strip("[]"), int(match.group(2))
+
+
+def _validate_http(s: ServeSettings) -> None:
+    if s.http is None:
+        if s.http_token_file is not None:
+            raise SettingsError("http_token_file guards the HTTP routes; it needs http (--http HOST:PORT)")
+        return
+    try:
+        host, port = http_address(s.http)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None
+    if s.http_token_file is not None:
+        try:
+            token = Path(s.http_token_file).read_text(encoding="utf-8").strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise SettingsError(f"http_token_file: cannot read {s.http_token_file}: {exc}") from None
+        if not token:
+            raise SettingsError(f"http_token_file: {s.http_token_file} is empty")
+    elif not is_loopback(f"tcp://{host}:{port}") and not s.insecure:
+        raise SettingsError(f"http {s.http} is reachable from the network without a token, so anyone there "
+                            "could use the model; give --http-token-file, bind 127.0.0.1, or pass --insecure")
 
 
 def _validate_media(s: ServeSettings) -> None:

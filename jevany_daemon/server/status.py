@@ -11,10 +11,15 @@ class Counters:
         self.error = 0
         self.by_code: Counter = Counter()
         self.by_op: Counter = Counter()
+        self.decide_by_transport: Counter = Counter({"zmq": 0, "http": 0})
+        self.mixed_batches = 0     # forward passes that held HTTP and ZeroMQ requests together
         self._latency: deque = deque(maxlen=LATENCY_WINDOW)
 
-    def record(self, op: str | None, code: str | None, latency_s: float | None = None) -> None:
+    def record(self, op: str | None, code: str | None, latency_s: float | None = None,
+               transport: str = "zmq") -> None:
         self.by_op[op or "unreadable"] += 1
+        if op == "decide":
+            self.decide_by_transport[transport] += 1
         if code is None:
             self.ok += 1
         else:
@@ -25,7 +30,7 @@ class Counters:
 
     def requests(self) -> dict:
         return {"ok": self.ok, "error": self.error, "by_error_code": dict(self.by_code),
-                "by_op": dict(self.by_op)}
+                "by_op": dict(self.by_op), "decide_by_transport": dict(self.decide_by_transport)}
 
     def latency_ms(self) -> dict:
         ordered = sorted(self._latency)
@@ -120,12 +125,13 @@ def daemon_status(sup) -> dict:
         "curve": sup.zap is not None,
         "model": {k: model.get(k) for k in ("id", "source", "readout", "layout", "device", "dtype",
                                              "random_weights")},
-        "batching": batching(sup),
+        "batching": {**batching(sup), "mixed_transport_batches": sup.counters.mixed_batches},
         "prefix_cache": prefix_cache(sup),
         "queue": {"depth": len(sup.queue), "max_depth": sup.queue.max_depth},
         "workers": sup.pool.describe(),
         "reload": sup.reloads.describe(),
         "requests": sup.counters.requests(),
+        "http": sup.gateway.describe() if sup.gateway is not None else None,
         "latency_ms": sup.counters.latency_ms(),
     }
 

@@ -41,6 +41,7 @@ from jevany_daemon import __version__
 from . import channel, curve
 from .admission import Entry, RequestQueue
 from .cache_clears import CacheClears
+from .gateway import GatewayProcess
 from .logs import RateLimited, event
 from .metrics import Metrics
 from .pool import WorkerPool
@@ -78,6 +79,7 @@ class Supervisor:
         self.exit_code = 0
         self.done = False
         self.zap = None
+        self.gateway: GatewayProcess | None = None    # the HTTP gateway, with --http
         self.metrics_url = None
         self._tags = count(1)
         self.signals: SignalFlags | None = None
@@ -115,12 +117,14 @@ class Supervisor:
         self._start_backend()
         self.signals = SignalFlags(self.poller)
         self._start_metrics()
+        self._start_gateway()
         self.pool.start_generation(self.settings)
         event(log, "start", version=__version__, endpoints=",".join(self.settings.endpoints),
               control=control or "none", model=self.settings.model or "tiny-demo",
               workers=self.settings.worker_count, devices=",".join(self.settings.worker_devices()),
               max_batch_size=self.settings.engine.max_batch_size, max_queue=self.settings.max_queue,
-              curve="on" if self.zap else "off", metrics=self.metrics_url or "off")
+              curve="on" if self.zap else "off", metrics=self.metrics_url or "off",
+              http=f"http://{self.settings.http}" if self.gateway else "off")
 
     def tick(self) -> None:
         ready = self.wait()
@@ -142,6 +146,8 @@ class Supervisor:
         for sock in getattr(self, "public", []) + [getattr(self, "control", None)]:
             if sock is not None:
                 sock.close()
+        if self.gateway is not None:
+            self.gateway.close()       # after the drain: its callers have had their replies
         if hasattr(self, "pool"):
             self.pool.stop_all()
         if hasattr(self, "backend"):
@@ -190,6 +196,16 @@ class Supervisor:
             raise StartupError(f"cannot serve metrics on 127.0.0.1:{self.settings.metrics_port}: {exc}") from None
         self.metrics_url = f"http://127.0.0.1:{port}/metrics"
 
+    def _start_gateway(self) -> None:
+        if self.settings.http is None:
+            return
+        self.gateway = GatewayProcess(self.ctx, self.poller, self._rundir, self.settings, self.clock)
+        self.gateway.start(self.metrics_url)
+
+    def transport(self, sock) -> str:
+        """Where a request came from, for the counts that keep HTTP and ZeroMQ apart."""
+        return "http" if self.gateway is not None and sock is self.gateway.sock else "zmq"
+
     def _bind_client_socket(self, endpoint: str, flag: str, mode: int | None = None):
         keys = self._curve_keys if self.zap is not None else None
         sock, path = bind_router(self.ctx, endpoint, self.settings.max_message_bytes, keys,
@@ -209,6 +225,8 @@ class Supervisor:
             timeout = min(timeout, int((deadline - now) * 1000) + 1)
         if self.notifier.watchdog_s is not None:
             timeout = min(timeout, int((self._next_watchdog - now) * 1000) + 1)
+        if self.gateway is not None and (restart_in := self.gateway.wait_s()) is not None:
+            timeout = min(timeout, int(restart_in * 1000) + 1)
         return dict(self.poller.poll(max(0, timeout)))
 
     def handle_signals(self) -> None:
@@ -225,7 +243,8 @@ class Supervisor:
             self.zap.handle()
 
     def receive_clients(self, ready: dict) -> None:
-        for sock in self.public + ([self.control] if self.control else []):
+        gateway = [self.gateway.sock] if self.gateway is not None else []
+        for sock in self.public + ([self.control] if self.control else []) + gateway:
             if sock not in ready:
                 continue
             for _ in range(RECEIVE_BURST):
@@ -282,6 +301,8 @@ class Supervisor:
         for worker in self.pool.exited():
             self.on_worker_exit(worker)
         self.pool.retire_idle()
+        if self.gateway is not None and not (self.state == "draining" and self._exiting):
+            self.gateway.watch()      # not while stopping: a gateway that exits then stays gone
 
     def finish_drain(self) -> None:
         if self.state != "draining":
@@ -329,7 +350,7 @@ class Supervisor:
         try:
             request = decode_request(payload)
         except JevanyError as exc:
-            self.record(None, exc.code)
+            self.record(None, exc.code, transport=self.transport(sock))
             self.send(sock, envelope, error_reply(exc.request_id, exc))
             return
         try:
@@ -338,11 +359,11 @@ class Supervisor:
             handler = getattr(self, f"op_{request.op}")
             result = handler(sock, envelope, request, received, payload)
         except JevanyError as exc:
-            self.record(request.op, exc.code)
+            self.record(request.op, exc.code, transport=self.transport(sock))
             self.send(sock, envelope, error_reply(request.id, exc))
             return
         if result is not None:
-            self.record(request.op, None)
+            self.record(request.op, None, transport=self.transport(sock))
             self.send(sock, envelope, ok_reply(request.id, result))
 
     def op_decide(self, sock, envelope, request, received, payload):
@@ -357,7 +378,8 @@ class Supervisor:
         deadline = None if request.timeout_ms is None else received + request.timeout_ms / 1000
         # Queue the bytes, not the decoded body: a decoded msgpack value can be
         # tens of times its wire size, and the worker decodes it anyway.
-        self.queue.push(Entry(next(self._tags), sock, envelope, request.id, payload, received, deadline))
+        self.queue.push(Entry(next(self._tags), sock, envelope, request.id, payload, received, deadline,
+                              self.transport(sock)))
         return None    # the reply comes when a worker answers
 
     def op_ping(self, sock, envelope, request, received, payload):
@@ -450,6 +472,7 @@ class Supervisor:
     def take_answers(self, worker: WorkerHandle, results: list, stats: dict, batches: list) -> None:
         worker.take_stats(stats)
         self.metrics.batches(batches)
+        self.counters.mixed_batches += sum(1 for b in batches if len(b) > 5 and len(b[5]) > 1)
         for tag, ok, payload in results:
             entry = worker.inflight.pop(tag, None)
             if entry is None:
@@ -498,21 +521,22 @@ class Supervisor:
 
     # --- replies ---------------------------------------------------------
 
-    def record(self, op: str | None, code: str | None, latency_s: float | None = None) -> None:
-        self.counters.record(op, code, latency_s)
-        self.metrics.reply(op, code)
+    def record(self, op: str | None, code: str | None, latency_s: float | None = None,
+               transport: str = "zmq") -> None:
+        self.counters.record(op, code, latency_s, transport)
+        self.metrics.reply(op, code, transport)
         if latency_s is not None:
             self.metrics.latency.observe(latency_s)
 
     def reply_ok(self, entry: Entry, result: dict) -> None:
         latency = self.clock() - entry.received
-        self.record("decide", None, latency)
+        self.record("decide", None, latency, self.transport(entry.sock))
         if self.settings.log_requests:
             event(log, "request", id=entry.id, outcome="ok", ms=round(latency * 1000, 2))
         self.send(entry.sock, entry.envelope, ok_reply(entry.id, result))
 
     def reply_error(self, entry: Entry, err: JevanyError) -> None:
-        self.record("decide", err.code, self.clock() - entry.received)
+        self.record("decide", err.code, self.clock() - entry.received, self.transport(entry.sock))
         if self.settings.log_requests:
             event(log, "request", id=entry.id, outcome=err.code)
         self.send(entry.sock, entry.envelope, error_reply(entry.id, err))

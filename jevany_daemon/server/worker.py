@@ -99,9 +99,9 @@ def score(engine, items: list, early=None) -> list:
     value holds everything not reported that way.
     """
     outcomes, admitted, tags = {}, [], []
-    for tag, payload in items:
+    for tag, payload, *origin in items:
         try:
-            admitted.append(engine.admit(decode_request(payload).body))
+            admitted.append(engine.admit(decode_request(payload).body, *origin))
             tags.append(tag)
         except JevanyError as exc:
             outcomes[tag] = exc
@@ -115,7 +115,7 @@ def score(engine, items: list, early=None) -> list:
 
     for tag, outcome in zip(tags, engine.score(admitted, early=pass_done if early else None)):
         outcomes[tag] = outcome
-    return [_wire(tag, outcomes[tag]) for tag, _ in items if tag not in reported]
+    return [_wire(item[0], outcomes[item[0]]) for item in items if item[0] not in reported]
 
 
 def _wire(tag, outcome) -> list:
@@ -180,7 +180,7 @@ def serve(sock, engine, batches: list) -> int:
 
 def send_answers(sock, engine, batches: list, kind: str, answers: list) -> None:
     """EARLY or RESULTS, with the statistics and the passes run since the last message."""
-    records = [[r.size, r.padded_tokens, r.real_tokens, r.latency_ms, r.ok] for r in batches]
+    records = [[r.size, r.padded_tokens, r.real_tokens, r.latency_ms, r.ok, list(r.origins)] for r in batches]
     batches.clear()
     stats = engine.stats.as_dict() | {"device_info": device_info(engine),
                                       "prefix_cache": engine.prefix_cache_stats()}

@@ -57,7 +57,8 @@ class WorkerHandle:
     def hand_over(self, backend, entries: list[Entry], now: float) -> None:
         self.inflight = {e.tag: e for e in entries}
         self.state, self.busy_since = BUSY, now
-        backend.send_multipart([self.identity, channel.encode(channel.BATCH, [[e.tag, e.payload] for e in entries])])
+        items = [[e.tag, e.payload, e.transport] for e in entries]
+        backend.send_multipart([self.identity, channel.encode(channel.BATCH, items)])
 
     def exited(self) -> bool:
         return self.proc.poll() is not None

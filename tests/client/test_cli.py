@@ -183,3 +183,14 @@ def test_entry_points_are_installed_with_help():
         result = subprocess.run([BIN / script], capture_output=True, text=True, timeout=30)
         assert "Usage" in result.stdout  # no_args_is_help
         assert all(command in result.stdout for command in commands), script
+
+
+def test_format_status_shows_the_http_gateway_and_counts_transports_apart():
+    text = format_status({"state": "ready",
+                          "requests": {"ok": 10, "error": 0, "by_op": {"decide": 10},
+                                       "decide_by_transport": {"zmq": 4, "http": 6}},
+                          "batching": {"mixed_transport_batches": 3},
+                          "http": {"address": "http://127.0.0.1:8008", "pid": 42, "state": "up", "restarts": 1}})
+    assert "10 decide (4 zmq, 6 http)" in text
+    assert "http       http://127.0.0.1:8008   gateway up, pid 42, 1 restarts   3 batches mixed http and zmq" in text
+    assert "gateway" not in format_status({"state": "ready", "http": None})

@@ -2,10 +2,16 @@
 from jevany_client import JevClient, JevanyError
 
 
-def stream(endpoint: str, bodies: list, start: int, queue) -> None:
-    """Send requests one after another; report (index, id echoed, result) for each."""
+def stream(endpoint: str, bodies: list, start: int, queue, barrier=None) -> None:
+    """Send requests one after another; report (index, id echoed, result) for each.
+
+    With a barrier, the first request waits until every party is connected and ready.
+    """
     out = []
     with JevClient(endpoint, timeout=120) as client:
+        if barrier is not None:
+            client.ping()
+            barrier.wait(120)
         for i, body in enumerate(bodies):
             reply_id = f"p{start}-{i}"
             result = client.call("decide", body)

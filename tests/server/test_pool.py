@@ -80,9 +80,9 @@ def test_metrics_serve_the_listed_series_and_move_under_load(pool):
         key = (name, tuple(sorted(labels)))
         return after.get(key, 0) - before.get(key, 0)
 
-    assert moved("jevany_requests_total", {"op": "decide", "outcome": "ok"}.items()) == 96
-    assert moved("jevany_requests_total", {"op": "decide", "outcome": "invalid_request"}.items()) == 1
-    assert moved("jevany_requests_total", {"op": "status", "outcome": "ok"}.items()) >= 1
+    assert moved("jevany_requests_total", {"op": "decide", "outcome": "ok", "transport": "zmq"}.items()) == 96
+    assert moved("jevany_requests_total", {"op": "decide", "outcome": "invalid_request", "transport": "zmq"}.items()) == 1
+    assert moved("jevany_requests_total", {"op": "status", "outcome": "ok", "transport": "zmq"}.items()) >= 1
     assert moved("jevany_batch_size_count") >= 96 / 4
     assert moved("jevany_batch_size_sum") == 96
     assert moved("jevany_batch_padded_tokens_sum") > 0

@@ -307,6 +307,9 @@ def typer_command(app):
 
 
 @pytest.mark.parametrize("flags,env,message", [
+    ({"http": "8008"}, {}, "--http: http must be HOST:PORT"),
+    ({"http": "0.0.0.0:8008"}, {}, "reachable from the network without a token"),
+    ({"http_token_file": "/tmp/t"}, {}, "it needs http"),
     ({}, {"JEVANY_MEDIA_TOTAL_BYTES": "10", "JEVANY_MEDIA_MAX_BYTES": "20"},
      "media_total_bytes .10. must be at least media_max_bytes .20."),
     ({}, {"JEVANY_MEDIA_MAX_PIXELS": "0"}, "JEVANY_MEDIA_MAX_PIXELS: media_max_pixels must be an integer >= 1"),
@@ -321,14 +324,17 @@ def test_jevany_serve_options_are_checked_before_loading(flags, env, message):
 
 
 def test_jevany_serve_options_take_jevany_names_and_defaults(tmp_path):
-    s = resolve({}, None,
+    token = tmp_path / "token"
+    token.write_text("secret\n")
+    s = resolve({"http": "0.0.0.0:8008", "http_token_file": str(token)}, None,
                 env={"JEVANY_DATE_FACTS": "1", "JEVANY_MEDIA_ROOT": str(tmp_path), "JEVANY_TEMPERATURE": "2"})
-    assert (s.engine.date_facts, s.media_root, s.temperature) == (True, str(tmp_path), 2.0)
+    assert (s.http, s.engine.date_facts, s.media_root, s.temperature) == ("0.0.0.0:8008", True, str(tmp_path), 2.0)
     assert (s.media_max_bytes, s.media_total_bytes, s.media_max_pixels, s.media_max_video_frames) == \
         (50 << 20, 100 << 20, 4096 * 4096, 3600)
     d = resolve({}, None, env={}).engine
     assert (d.choice_temperature, d.choice_native_weight, d.choice_max_tokens, d.date_facts) == \
         (None, 0.0, 16384, False)
+    assert resolve({"http": "[::1]:8008"}, None, env={}).http == "[::1]:8008"     # loopback: no token needed
 
 
 def test_legacy_letter_flags_are_the_choice_flags_and_both_at_once_is_refused(tmp_path):
@@ -338,6 +344,20 @@ def test_legacy_letter_flags_are_the_choice_flags_and_both_at_once_is_refused(tm
     proc = serve("--model", str(tmp_path / "none"), "--letter-pointer-weight", "7")
     assert proc.returncode == 2
     assert "choice_native_weight must be a number from 0 to 1, got 7.0" in proc.stderr
+
+
+def test_a_taken_http_port_is_a_clear_start_up_error(tmp_path):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = serve("--model", str(tmp_path), "--bind", f"ipc://{tmp_path}/d.sock", "--control", "",
+                     "--http", f"127.0.0.1:{port}")
+    assert proc.returncode == 1, proc.stderr
+    assert f"cannot serve HTTP on 127.0.0.1:{port} (--http)" in proc.stderr
+    assert "choose another --http" in proc.stderr and "Traceback" not in proc.stderr
 
 
 def test_a_native_blend_needs_the_choice_readout_and_a_checkpoint(tmp_path):

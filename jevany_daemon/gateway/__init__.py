@@ -1,0 +1,13 @@
+"""The HTTP gateway: JevAny's routes outside, the ZeroMQ protocol inside.
+
+A process of its own, started, watched and restarted by the supervisor like a
+worker. It is one more client of the supervisor (over a private ipc socket),
+so HTTP and ZeroMQ callers wait in the same queue and share batches, while
+the supervisor never imports an HTTP stack.
+
+    shapes.py    JevAny's request body as pydantic models (its 422s, our OpenAPI)
+    upstream.py  one DEALER to the supervisor, many requests in flight over it
+    replies.py   protocol error codes → HTTP status, headers and detail
+    app.py       the routes
+    process.py   the process: uvicorn on the socket the supervisor bound
+"""

@@ -1,0 +1,181 @@
+"""JevAny's HTTP routes, answered through the supervisor's queue.
+
+    POST /v1/systemone   a decide request (JevAny's body); its answer, or 4xx/5xx with `detail`
+    GET  /v1/models      {"models": [description]}, media policy in `limits`
+    GET  /health         200 {"status": "ready"}; 503 "loading", "draining" or "unavailable"
+    GET  /metrics        the daemon's Prometheus metrics (when --metrics-port is set)
+    GET  /docs, /openapi.json
+
+Handlers are coroutines: a request costs a future on the event loop while it
+waits for the daemon, never a thread.
+"""
+import asyncio
+import hmac
+import math
+import urllib.request
+from contextlib import asynccontextmanager
+
+from fastapi import Depends, FastAPI, Header, Request
+from fastapi.encoders import jsonable_encoder
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response
+
+from jevany_client.errors import JevanyError
+
+from jevany_daemon import __version__
+
+from .replies import ERROR_CODE_HEADER, TIMEOUT_HEADER, error_response, from_error
+from .shapes import SystemOneRequest
+from .upstream import TooLarge, Upstream
+
+READY_POLL_S = 0.25       # how often /v1 routes learn, while the model loads, whether it is ready
+STATUS_WAIT_S = 5.0       # /health, /v1/models: a daemon that does not answer this fast is unavailable
+DECIDE_WAIT_S = 600.0     # without a timeout header, the longest an HTTP caller waits on the daemon
+
+
+class Gateway:
+    """What the routes share: the upstream socket, whether the model has loaded, the policy."""
+
+    def __init__(self, upstream: Upstream, settings: dict, token: str | None, metrics_url: str | None):
+        self.upstream = upstream
+        self.settings = settings
+        self.token = token
+        self.metrics_url = metrics_url
+        self.ready = False        # once ready, a daemon stays so for HTTP (a reload keeps serving)
+
+    async def is_ready(self) -> bool:
+        """Whether the model has loaded; asks the daemon until the first yes, then remembers it."""
+        if not self.ready:
+            try:
+                self.note_state((await self.upstream.call("status", wait_s=STATUS_WAIT_S))["state"])
+            except JevanyError:
+                pass
+        return self.ready
+
+    def note_state(self, state: str) -> None:
+        self.ready = self.ready or state in ("ready", "draining", "drained")
+
+    async def watch_readiness(self) -> None:
+        # Learns the moment of loading in the background, so the first requests after it pay nothing.
+        while not await self.is_ready():
+            await asyncio.sleep(READY_POLL_S)   # polling a loading model, not standing in for a reply
+
+    def media_policy(self, description: dict) -> dict:
+        s = self.settings
+        media_types = (description.get("capabilities") or {}).get("media_types") or []
+        return {"media_enabled": bool(s.get("media_root")) and bool(media_types),
+                "media_max_file_bytes": s["media_max_bytes"], "media_max_total_bytes": s["media_total_bytes"],
+                "media_max_pixels": s["media_max_pixels"], "media_max_video_frames": s["media_max_video_frames"]}
+
+
+def create_app(gateway: Gateway) -> FastAPI:
+    @asynccontextmanager
+    async def lifespan(_app: FastAPI):
+        gateway.upstream.start()
+        watcher = asyncio.get_running_loop().create_task(gateway.watch_readiness())
+        try:
+            yield
+        finally:
+            watcher.cancel()
+            await gateway.upstream.close()
+
+    app = FastAPI(title="jevany-daemon", version=__version__, lifespan=lifespan,
+                  description="JevAny's HTTP API: typed questions about a state, answered in one prefill pass. "
+                              "HTTP and ZeroMQ callers share one queue and its batches.")
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid_body(_request: Request, exc: RequestValidationError):
+        # The offending input is echoed back; a NaN in it must not break the JSON encoder.
+        detail = jsonable_encoder(exc.errors(), custom_encoder={
+            float: lambda v: v if math.isfinite(v) else str(v)})
+        return JSONResponse({"detail": detail}, status_code=422, headers={ERROR_CODE_HEADER: "invalid_request"})
+
+    async def authorized(authorization: str | None = Header(default=None, include_in_schema=False)):
+        if gateway.token is None:
+            return
+        scheme, _, given = (authorization or "").partition(" ")
+        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), gateway.token.encode()):
+            raise Unauthorized()
+
+    @app.exception_handler(Unauthorized)
+    async def unauthorized(_request: Request, _exc: Exception):
+        return JSONResponse({"detail": "a valid 'Authorization: Bearer TOKEN' header is required"},
+                            status_code=401, headers={"WWW-Authenticate": "Bearer",
+                                                      ERROR_CODE_HEADER: "unauthorized"})
+
+    @app.post("/v1/systemone", dependencies=[Depends(authorized)])
+    async def systemone(request: SystemOneRequest,
+                        timeout_ms: str | None = Header(default=None, alias=TIMEOUT_HEADER,
+                                                        description="Give up unless scoring begins within "
+                                                                    "this many milliseconds (504).")):
+        """Typed questions in, typed answers out, one prefill pass (JevAny's route)."""
+        if not await gateway.is_ready():
+            return JSONResponse({"detail": "model is not ready"}, status_code=503)
+        try:
+            timeout = _timeout_ms(timeout_ms)
+        except ValueError as exc:
+            return error_response("invalid_request", str(exc))
+        wait_s = DECIDE_WAIT_S if timeout is None else timeout / 1000 + DECIDE_WAIT_S
+        try:
+            result = await gateway.upstream.call("decide", request.to_body(), timeout_ms=timeout, wait_s=wait_s)
+            # Already plain JSON types (msgpack's); straight to the encoder, which refuses NaN.
+            return JSONResponse(result)
+        except TooLarge as exc:
+            return JSONResponse({"detail": str(exc)}, status_code=413,
+                                headers={ERROR_CODE_HEADER: "invalid_request"})
+        except JevanyError as exc:
+            return from_error(exc)
+
+    @app.get("/v1/models", dependencies=[Depends(authorized)])
+    async def models():
+        """The loaded model: {"models": [description]}, with the media policy in its limits."""
+        if not await gateway.is_ready():
+            return JSONResponse({"detail": "model is not ready"}, status_code=503)
+        try:
+            result = await gateway.upstream.call("models", wait_s=STATUS_WAIT_S)
+        except JevanyError as exc:
+            return from_error(exc)
+        for description in result["models"]:
+            description.setdefault("limits", {}).update(gateway.media_policy(description))
+        return result
+
+    @app.get("/health")
+    async def health():
+        """200 {"status": "ready"} when requests are served; 503 otherwise, with why."""
+        try:
+            state = (await gateway.upstream.call("status", wait_s=STATUS_WAIT_S))["state"]
+            gateway.note_state(state)
+        except JevanyError:
+            state = "unavailable"
+        status = {"ready": "ready", "starting": "loading"}.get(state, state)
+        if status == "drained":
+            status = "draining"
+        return JSONResponse({"status": status}, status_code=200 if status == "ready" else 503)
+
+    @app.get("/metrics", dependencies=[Depends(authorized)], include_in_schema=False)
+    async def metrics():
+        if gateway.metrics_url is None:
+            return JSONResponse({"detail": "metrics are off; start the daemon with --metrics-port"},
+                                status_code=404)
+        body, content_type = await asyncio.to_thread(_fetch, gateway.metrics_url)
+        return Response(body, media_type=content_type)
+
+    return app
+
+
+class Unauthorized(Exception):
+    pass
+
+
+def _timeout_ms(raw: str | None) -> int | None:
+    if raw is None:
+        return None
+    text = raw.strip()
+    if not text.isdigit():
+        raise ValueError(f"{TIMEOUT_HEADER} must be a whole number of milliseconds, got {raw!r}")
+    return int(text)
+
+
+def _fetch(url: str) -> tuple[bytes, str]:
+    with urllib.request.urlopen(url, timeout=STATUS_WAIT_S) as reply:
+        return reply.read(), reply.headers.get("Content-Type", "text/plain")

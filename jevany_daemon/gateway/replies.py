@@ -1,0 +1,44 @@
+"""How the daemon's typed errors look over HTTP: JevAny's status codes, our codes in a header.
+
+JevAny answers a bad or too-long request with 422 and `{"detail": message}`,
+adding `X-JevAny-Error-Code: context_length_exceeded` for the latter, and an
+unloaded model with 503. The states JevAny never had get the codes HTTP
+clients already know how to retry. Every error carries its protocol code in
+X-JevAny-Error-Code, so a caller can tell them apart without parsing text.
+"""
+from fastapi.responses import JSONResponse
+
+from jevany_client.errors import JevanyError
+
+ERROR_CODE_HEADER = "X-JevAny-Error-Code"
+TIMEOUT_HEADER = "X-JevAny-Timeout-Ms"
+RETRY_AFTER_S = "1"
+
+STATUS = {
+    "invalid_request": 422,
+    "unknown_model": 422,
+    "context_length_exceeded": 422,
+    "unsupported_media": 422,
+    "invalid_message": 400,
+    "unsupported_version": 400,
+    "unknown_op": 400,
+    "forbidden": 403,
+    "overloaded": 429,          # with Retry-After
+    "shutting_down": 503,
+    "worker_lost": 503,         # with Retry-After: a replacement worker is starting
+    "deadline_exceeded": 504,
+    "timeout": 504,             # the gateway gave up waiting on the daemon
+    "internal": 500,
+}
+RETRY_AFTER = {"overloaded", "worker_lost"}
+
+
+def error_response(code: str, message: str) -> JSONResponse:
+    headers = {ERROR_CODE_HEADER: code}
+    if code in RETRY_AFTER:
+        headers["Retry-After"] = RETRY_AFTER_S
+    return JSONResponse({"detail": message}, status_code=STATUS.get(code, 500), headers=headers)
+
+
+def from_error(exc: JevanyError) -> JSONResponse:
+    return error_response(exc.code, exc.message)
