@@ -122,11 +122,14 @@ class ClientPool:
         for c in self.conns:     # all interpreters up before anything is timed
             assert c.recv() == "started"
 
-    def run(self, daemon: Daemon, bodies: list, concurrency: int) -> dict:
-        """Every body once, from `concurrency` closed-loop clients; throughput, latency, and what the daemon did."""
+    def run(self, daemon: Daemon, bodies: list, concurrency: int, endpoint: str | None = None) -> dict:
+        """Every body once, from `concurrency` closed-loop clients; throughput, latency, and what the daemon did.
+
+        endpoint: where the clients send (default the daemon's ZeroMQ endpoint; http://... its gateway).
+        """
         conns = self.conns[:concurrency]
         for k, c in enumerate(conns):
-            c.send((daemon.endpoint, bodies[k::concurrency]))
+            c.send((endpoint or daemon.endpoint, bodies[k::concurrency]))
         for c in conns:
             assert c.recv() == "ready"
         groups = [[daemon.proc.pid], process_tree(daemon.proc.pid)[1:], [p.pid for p in self.procs[:concurrency]]]
