@@ -10,7 +10,7 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml client/pyproject.toml constraints-cpu.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints-cpu.txt -e ./client -e '.[test]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints-cpu.txt -e ./client -e '.[test,multimodal]'
 	touch $@
 
 demo: install

@@ -1,0 +1,88 @@
+"""The media policy: JevAny's rules for which files a request may name, and how big they may be.
+
+Media is off unless the operator sets a root (JEVANY_MEDIA_ROOT). A URI is a
+path: relative ones resolve inside the root, symlinks are followed, and the
+result must stay inside the root and be a regular file. Then the caps: bytes
+per file, bytes per request, pixels per image or video frame, frames per
+video. Each refusal has its own message, JevAny's word for word, so callers
+that match on them keep working. Everything here is plain Python and reads
+only file metadata; opening the files is checks.py's.
+"""
+from dataclasses import dataclass
+from pathlib import Path
+
+from jevany_client.errors import InvalidRequestError
+
+from . import checks
+
+MEDIA_TYPES = ("image", "video")
+
+
+@dataclass(frozen=True)
+class MediaPolicy:
+    root: str | None
+    max_bytes: int = 50 << 20
+    total_bytes: int = 100 << 20
+    max_pixels: int = 4096 * 4096
+    max_video_frames: int = 3600
+
+    @classmethod
+    def from_settings(cls, settings: dict) -> "MediaPolicy":
+        """From ServeSettings.to_dict() (what workers and the gateway are given)."""
+        return cls(settings.get("media_root"), settings["media_max_bytes"], settings["media_total_bytes"],
+                   settings["media_max_pixels"], settings["media_max_video_frames"])
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self.root)
+
+    def limits(self, media_types) -> dict:
+        """What /v1/models reports, under JevAny's names."""
+        return {"media_enabled": self.enabled and bool(media_types), "media_max_file_bytes": self.max_bytes,
+                "media_max_total_bytes": self.total_bytes, "media_max_pixels": self.max_pixels,
+                "media_max_video_frames": self.max_video_frames}
+
+    def resolve(self, items) -> list[tuple[str, Path]]:
+        """[(type, uri)...] → [(type, resolved path)...], every rule and cap checked; the first
+        broken one raises InvalidRequestError with JevAny's message."""
+        if not self.enabled:
+            raise refused("media is disabled; the server operator must set JEVANY_MEDIA_ROOT")
+        try:
+            root = Path(self.root).resolve(strict=True)
+        except (OSError, RuntimeError):
+            raise refused("configured media root is unavailable") from None
+        if not root.is_dir():
+            raise refused("configured media root is not a directory")
+        resolved, total = [], 0
+        for kind, uri in items:
+            path = _inside(root, uri)
+            size = path.stat().st_size
+            if size > self.max_bytes:
+                raise refused(f"media file exceeds {self.max_bytes} bytes")
+            total += size
+            if total > self.total_bytes:
+                raise refused(f"media files exceed {self.total_bytes} bytes in total")
+            checks.check(kind, path, self.max_pixels, self.max_video_frames)
+            resolved.append((kind, path))
+        return resolved
+
+
+def _inside(root: Path, uri: str) -> Path:
+    if "://" in uri:
+        raise refused("network media URIs are not allowed")
+    candidate = Path(uri)
+    try:
+        path = (candidate if candidate.is_absolute() else root / candidate).resolve(strict=True)
+    except PermissionError:
+        raise refused("server cannot access media file; check shared directory and file permissions") from None
+    except (OSError, RuntimeError):      # missing, or a symlink loop
+        raise refused("media file does not exist") from None
+    if not path.is_relative_to(root):
+        raise refused("media path is outside JEVANY_MEDIA_ROOT")
+    if not path.is_file():
+        raise refused("media path is not a regular file")
+    return path
+
+
+def refused(message: str) -> InvalidRequestError:
+    return InvalidRequestError(message)
