@@ -189,6 +189,9 @@ def serve(
                                          "[default: 16777216]", show_default=False),
     media_max_video_frames: int = typer.Option(None, "--media-max-video-frames", help="Frames per video, as "
                                                "the file declares. [default: 3600]", show_default=False),
+    media_check_timeout: float = typer.Option(None, "--media-check-timeout", help="Seconds the media checker "
+                                              "may spend on one request's files before it is restarted and "
+                                              "the request refused. [default: 10]", show_default=False),
     config: Path = typer.Option(None, "--config", help="TOML file of the same settings (snake_case keys). "
                                 "[default: none]", show_default=False),
 ) -> None:
@@ -242,7 +245,7 @@ def serve(
                  choice_temperature=choice_temperature, choice_native_weight=choice_native_weight,
                  choice_max_tokens=choice_max_tokens, media_root=media_root, media_max_bytes=media_max_bytes,
                  media_total_bytes=media_total_bytes, media_max_pixels=media_max_pixels,
-                 media_max_video_frames=media_max_video_frames)
+                 media_max_video_frames=media_max_video_frames, media_check_timeout=media_check_timeout)
     try:
         settings = resolve(flags, config)
     except SettingsError as exc:

@@ -393,6 +393,7 @@ class Engine:
             "linear_attention": m.info.get("linear_attention"),   # which kernels, on hybrid models
             "random_weights": bool(m.info.get("random_weights")),  # the built-in demo model
             "max_options": self.max_options,
+            "media_types": list(getattr(m, "media_types", ())),    # what media a request may carry
             "choice_readout": self._describe_choice(),
             "date_facts": self.config.date_facts,
             "limits": {

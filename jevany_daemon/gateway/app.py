@@ -1,7 +1,7 @@
 """JevAny's HTTP routes, answered through the supervisor's queue.
 
     POST /v1/systemone   a decide request (JevAny's body); its answer, or 4xx/5xx with `detail`
-    GET  /v1/models      {"models": [description]}, media policy in `limits`
+    GET  /v1/models      {"models": [description]} (the models op's, media policy in `limits`)
     GET  /health         200 {"status": "ready"}; 503 "loading", "draining" or "unavailable"
     GET  /metrics        the daemon's Prometheus metrics (when --metrics-port is set)
     GET  /docs, /openapi.json
@@ -59,13 +59,6 @@ class Gateway:
         # Learns the moment of loading in the background, so the first requests after it pay nothing.
         while not await self.is_ready():
             await asyncio.sleep(READY_POLL_S)   # polling a loading model, not standing in for a reply
-
-    def media_policy(self, description: dict) -> dict:
-        s = self.settings
-        media_types = (description.get("capabilities") or {}).get("media_types") or []
-        return {"media_enabled": bool(s.get("media_root")) and bool(media_types),
-                "media_max_file_bytes": s["media_max_bytes"], "media_max_total_bytes": s["media_total_bytes"],
-                "media_max_pixels": s["media_max_pixels"], "media_max_video_frames": s["media_max_video_frames"]}
 
 
 def create_app(gateway: Gateway) -> FastAPI:
@@ -132,12 +125,9 @@ def create_app(gateway: Gateway) -> FastAPI:
         if not await gateway.is_ready():
             return JSONResponse({"detail": "model is not ready"}, status_code=503)
         try:
-            result = await gateway.upstream.call("models", wait_s=STATUS_WAIT_S)
+            return JSONResponse(await gateway.upstream.call("models", wait_s=STATUS_WAIT_S))
         except JevanyError as exc:
             return from_error(exc)
-        for description in result["models"]:
-            description.setdefault("limits", {}).update(gateway.media_policy(description))
-        return result
 
     @app.get("/health")
     async def health():

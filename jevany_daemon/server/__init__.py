@@ -10,6 +10,7 @@ reload.py      load a new generation beside the serving one, switch, retire the 
 cache_clears.py  clear_cache across the pool: every worker empties its prefix cache, then one reply
 channel.py     the supervisor ↔ worker message shapes
 gateway.py     the HTTP gateway process (--http): its port, its private socket, restarts
+media_checks.py  media requests on their way in: the media checker process checks their files first
 sockets.py     binding client sockets: ipc safety, socket modes, CURVE on TCP
 curve.py       CurveZMQ key files and the ZAP handler
 sdnotify.py    systemd's notify protocol (READY, STATUS, WATCHDOG, STOPPING)

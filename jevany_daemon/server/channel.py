@@ -14,9 +14,10 @@ worker → supervisor:  [HELLO, {"pid", "model", "load_s"}]  loaded, ready for w
                                                           its statistics now
 heartbeat socket   →  [HEARTBEAT]                         alive; sent every interval by a thread, from the
                                                           worker's identity + "/hb", while it scores too
-supervisor → worker:  [BATCH, [[tag, payload, transport]...]]
+supervisor → worker:  [BATCH, [[tag, payload, transport, media]...]]
                                                           everything it takes at once (request messages as
-                                                          received; transport: zmq or http)
+                                                          received; transport: zmq or http; media: the
+                                                          checked files [[type, path]...], or null)
                       [STOP]                              finish and exit
                       [CLEAR]                             empty the prefix cache (after any batch in hand)
 """

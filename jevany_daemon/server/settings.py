@@ -69,6 +69,7 @@ class ServeSettings:
     media_total_bytes: int = 100 << 20       # per request; at least media_max_bytes
     media_max_pixels: int = 4096 * 4096      # per image or video frame
     media_max_video_frames: int = 3600
+    media_check_timeout: float = 10.0        # seconds one request's media checks may take
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     @property
@@ -134,7 +135,7 @@ _INTS = {"max_queue", "max_message_bytes", "max_batch_size", "max_packed_tokens"
          "max_state_tokens", "max_branch_tokens", "workers", "cpu_threads", "metrics_port",
          "prefix_cache", "prefix_min_tokens", "prefix_cache_bytes", "choice_max_tokens", *MEDIA_CAPS}
 _FLOATS = {"max_padding_waste", "heartbeat_timeout", "batch_timeout", "max_memory_gib",
-           "choice_temperature", "choice_native_weight", "temperature"}
+           "choice_temperature", "choice_native_weight", "temperature", "media_check_timeout"}
 _BOOLS = {"log_requests", "insecure", "date_facts"}
 
 
@@ -399,6 +400,11 @@ def _validate_media(s: ServeSettings) -> None:
                             f"({s.media_max_bytes}): one file may take the whole request's allowance")
     if s.media_root is not None and not s.media_root.strip():
         raise SettingsError("media_root must not be empty; leave it unset to turn media off")
+    if s.media_root is not None and not Path(s.media_root).is_dir():
+        raise SettingsError(f"media_root {s.media_root} is not a directory")
+    t = s.media_check_timeout
+    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
+        raise SettingsError(f"media_check_timeout must be a number of seconds > 0, got {t!r}")
 
 
 def is_loopback(endpoint: str) -> bool:

@@ -2,6 +2,8 @@
 import os
 from collections import Counter, deque
 
+from jevany_daemon.media.policy import MediaPolicy
+
 LATENCY_WINDOW = 4096   # recent decide replies the percentiles are taken over
 
 
@@ -107,7 +109,21 @@ def describe_model(sup) -> dict:
                 "readout": s.readout or "", "layout": s.engine.layout, "device": ",".join(s.devices),
                 "dtype": s.dtype, "random_weights": s.model is None}
     devices = ",".join(dict.fromkeys(w.device for w in serving))
-    return {**model, "device": devices, "batching": batching(sup), "prefix_cache": prefix_cache(sup)}
+    limits = {**(model.get("limits") or {}), **media_policy(sup.settings).limits(model.get("media_types") or ())}
+    return {**model, "device": devices, "limits": limits, "batching": batching(sup),
+            "prefix_cache": prefix_cache(sup)}
+
+
+def media_status(media) -> dict:
+    if media is None:
+        return {"enabled": False, "checking": 0, "checker_restarts": 0, "checker_pid": None}
+    return {"enabled": True, "checking": media.pending(), "checker_restarts": media.restarts,
+            "checker_pid": media.proc.pid if media.proc is not None else None}
+
+
+def media_policy(s) -> MediaPolicy:
+    return MediaPolicy(s.media_root, s.media_max_bytes, s.media_total_bytes, s.media_max_pixels,
+                       s.media_max_video_frames)
 
 
 def daemon_status(sup) -> dict:
@@ -132,6 +148,7 @@ def daemon_status(sup) -> dict:
         "reload": sup.reloads.describe(),
         "requests": sup.counters.requests(),
         "http": sup.gateway.describe() if sup.gateway is not None else None,
+        "media": media_status(sup.media),
         "latency_ms": sup.counters.latency_ms(),
     }
 

@@ -26,6 +26,7 @@ import zmq
 from jevany_client.errors import (
     ForbiddenError,
     InternalError,
+    InvalidRequestError,
     JevanyError,
     OverloadedError,
     DeadlineExceededError,
@@ -43,6 +44,7 @@ from .admission import Entry, RequestQueue
 from .cache_clears import CacheClears
 from .gateway import GatewayProcess
 from .logs import RateLimited, event
+from .media_checks import MediaChecks
 from .metrics import Metrics
 from .pool import WorkerPool
 from .reload import Reloads
@@ -80,6 +82,7 @@ class Supervisor:
         self.done = False
         self.zap = None
         self.gateway: GatewayProcess | None = None    # the HTTP gateway, with --http
+        self.media: MediaChecks | None = None          # the media checker, with --media-root
         self.metrics_url = None
         self._tags = count(1)
         self.signals: SignalFlags | None = None
@@ -115,6 +118,8 @@ class Supervisor:
         control = self.settings.control_endpoint
         self.control = self._bind_client_socket(control, mode=0o600, flag="--control") if control else None
         self._start_backend()
+        if self.settings.media_root:
+            self.media = MediaChecks(self.ctx, self.poller, self._rundir, self.settings, self.clock)
         self.signals = SignalFlags(self.poller)
         self._start_metrics()
         self._start_gateway()
@@ -131,6 +136,7 @@ class Supervisor:
         self.handle_signals()
         self.authenticate(ready)
         self.receive_clients(ready)
+        self.receive_media(ready)
         self.receive_workers(ready)
         self.expire_deadlines()
         self.dispatch()
@@ -148,6 +154,8 @@ class Supervisor:
                 sock.close()
         if self.gateway is not None:
             self.gateway.close()       # after the drain: its callers have had their replies
+        if self.media is not None:
+            self.media.close()         # empty by now: the drain waited for its checks
         if hasattr(self, "pool"):
             self.pool.stop_all()
         if hasattr(self, "backend"):
@@ -254,6 +262,24 @@ class Supervisor:
                     break
                 self.handle_message(sock, frames)
 
+    def receive_media(self, ready: dict) -> None:
+        if self.media is not None:
+            for entry, ok, outcome in self.media.receive(ready):
+                self.media_checked(entry, ok, outcome)
+
+    def media_checked(self, entry: Entry, ok: bool, outcome) -> None:
+        """A checked media request joins the queue (with its resolved files), or gets the policy's refusal."""
+        if not ok:
+            self.reply_error(entry, InvalidRequestError(outcome))
+        elif self._stop_now:
+            self.reply_error(entry, ShuttingDownError("the daemon stopped before scoring this request"))
+        elif self.queue.full:
+            self.reply_error(entry, OverloadedError(f"queue is full ({self.queue.max_depth} requests waiting); "
+                                                    "retry later"))
+        else:
+            entry.media = outcome
+            self.queue.push(entry)
+
     def receive_workers(self, ready: dict) -> None:
         if self.backend not in ready:
             return
@@ -270,7 +296,9 @@ class Supervisor:
                 self.handle_worker_message(worker, channel.decode(payload))
 
     def expire_deadlines(self) -> None:
-        for entry in self.queue.take_expired(self.clock()):
+        now = self.clock()
+        expired = self.queue.take_expired(now) + (self.media.take_expired(now) if self.media is not None else [])
+        for entry in expired:
             self.reply_error(entry, DeadlineExceededError("timeout_ms passed before scoring began"))
 
     def dispatch(self) -> None:
@@ -301,6 +329,9 @@ class Supervisor:
         for worker in self.pool.exited():
             self.on_worker_exit(worker)
         self.pool.retire_idle()
+        if self.media is not None:
+            for entry, ok, outcome in self.media.watch():
+                self.media_checked(entry, ok, outcome)
         if self.gateway is not None and not (self.state == "draining" and self._exiting):
             self.gateway.watch()      # not while stopping: a gateway that exits then stays gone
 
@@ -308,9 +339,10 @@ class Supervisor:
         if self.state != "draining":
             return
         if self._stop_now:
-            for entry in self.queue.take_all():
+            waiting = self.queue.take_all() + (self.media.close_waiting() if self.media is not None else [])
+            for entry in waiting:
                 self.reply_error(entry, ShuttingDownError("the daemon stopped before scoring this request"))
-        if len(self.queue) or self.pool.inflight():
+        if len(self.queue) or self.pool.inflight() or (self.media is not None and self.media.pending()):
             return
         for sock, envelope, rid in self._drain_waiters:
             self.send(sock, envelope, ok_reply(rid, {"state": "drained"}))
@@ -371,15 +403,21 @@ class Supervisor:
             raise ShuttingDownError(f"the daemon is {self.state} and takes no new work")
         if self._failure:
             raise ShuttingDownError("the daemon is stopping")
-        parse_decision(request.body)      # reject bad bodies here, before they take a queue slot
+        decision = parse_decision(request.body)    # reject bad bodies here, before they take a queue slot
+        if decision.media and self.media is None:
+            raise InvalidRequestError("media is disabled; the server operator must set JEVANY_MEDIA_ROOT")
         if self.queue.full:
             self.overloads.hit(queue=len(self.queue), max_queue=self.queue.max_depth)
             raise OverloadedError(f"queue is full ({self.queue.max_depth} requests waiting); retry later")
         deadline = None if request.timeout_ms is None else received + request.timeout_ms / 1000
         # Queue the bytes, not the decoded body: a decoded msgpack value can be
         # tens of times its wire size, and the worker decodes it anyway.
-        self.queue.push(Entry(next(self._tags), sock, envelope, request.id, payload, received, deadline,
-                              self.transport(sock)))
+        entry = Entry(next(self._tags), sock, envelope, request.id, payload, received, deadline,
+                      self.transport(sock))
+        if decision.media:
+            self.media.submit(entry, [[m.type, m.uri] for m in decision.media])   # queued once checked
+        else:
+            self.queue.push(entry)
         return None    # the reply comes when a worker answers
 
     def op_ping(self, sock, envelope, request, received, payload):

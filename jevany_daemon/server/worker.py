@@ -99,9 +99,13 @@ def score(engine, items: list, early=None) -> list:
     value holds everything not reported that way.
     """
     outcomes, admitted, tags = {}, [], []
-    for tag, payload, *origin in items:
+    for tag, payload, *extra in items:
+        origin, media = (extra + [None, None])[:2]
         try:
-            admitted.append(engine.admit(decode_request(payload).body, *origin))
+            body = decode_request(payload).body
+            if media:     # the files as the supervisor's media checker resolved and checked them
+                body = {**body, "media": [{"type": kind, "uri": path} for kind, path in media]}
+            admitted.append(engine.admit(body, origin))
             tags.append(tag)
         except JevanyError as exc:
             outcomes[tag] = exc

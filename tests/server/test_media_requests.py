@@ -1,0 +1,92 @@
+"""Media requests through a real daemon: checked by the media checker process, never on the loop."""
+import os
+import signal
+import time
+
+import pytest
+
+from jevany_client import InvalidRequestError, UnsupportedMediaError
+from jevany_client.errors import DeadlineExceededError
+
+from .daemons import wait_for
+
+Image = pytest.importorskip("PIL.Image")
+
+TEXT = {"state": {"ticket": "parcel lost"}, "questions": {"u": {"type": "noul"}}}
+
+
+def with_media(*items):
+    return {**TEXT, "media": [{"type": kind, "uri": uri} for kind, uri in items]}
+
+
+def decide_error(client, body, **kw):
+    with pytest.raises((InvalidRequestError, UnsupportedMediaError, DeadlineExceededError)) as info:
+        client.call("decide", body, **kw)
+    return info.value
+
+
+def test_media_is_refused_plainly_without_a_root(start_daemon):
+    daemon = start_daemon(readout="choice")
+    with daemon.client(timeout=30, retries=0) as client:
+        err = decide_error(client, with_media(("image", "a.png")))
+        assert (err.code, err.message) == ("invalid_request",
+                                           "media is disabled; the server operator must set JEVANY_MEDIA_ROOT")
+        assert client.status()["media"]["enabled"] is False
+    assert daemon.stop() == 0
+
+
+def test_checked_media_reaches_the_model_and_refusals_keep_their_messages(start_daemon, tmp_path):
+    root = tmp_path / "media"
+    root.mkdir()
+    Image.new("RGB", (32, 24)).save(root / "a.png")
+    Image.new("1", (5000, 5000)).save(root / "bomb.png")
+    daemon = start_daemon("--media-root", str(root), readout="choice")
+    with daemon.client(timeout=30, retries=0) as client:
+        # the policy's refusals, in the checker process
+        assert decide_error(client, with_media(("image", "nope.png"))).message == "media file does not exist"
+        assert decide_error(client, with_media(("image", "bomb.png"))).message == f"image exceeds {4096 * 4096} pixels"
+        assert decide_error(client, with_media(("image", "../x.png"))).code == "invalid_request"
+        # a good file passes the policy and meets the model: this one reads text only
+        err = decide_error(client, with_media(("image", "a.png")))
+        assert (err.code, err.message) == ("unsupported_media", "checkpoint does not support media")
+        assert client.call("decide", TEXT)["answers"]["u"]["type"] == "noul"
+        models = client.models()["models"][0]
+        assert models["limits"]["media_enabled"] is False and models["limits"]["media_max_pixels"] == 4096 * 4096
+        assert client.status()["media"]["checking"] == 0
+    assert daemon.stop() == 0
+
+
+def test_a_stuck_check_costs_one_request_and_text_keeps_flowing(start_daemon, tmp_path):
+    root = tmp_path / "media"
+    root.mkdir()
+    Image.new("RGB", (32, 24)).save(root / "a.png")
+    daemon = start_daemon("--media-root", str(root), "--media-check-timeout", "2", readout="choice")
+    checker = daemon.status()["media"]["checker_pid"]
+    os.kill(checker, signal.SIGSTOP)       # a check that never ends, like a decoder stuck on a hostile file
+    try:
+        with daemon.client(timeout=60, retries=0) as media_client, daemon.client(timeout=60) as text:
+            started = time.monotonic()
+            # the text request is answered while the media check is stuck
+            import threading
+
+            outcome = {}
+            waiter = threading.Thread(target=lambda: outcome.update(
+                err=decide_error(media_client, with_media(("image", "a.png")))))
+            waiter.start()
+            wait_for(lambda: text.status()["media"]["checking"] == 1, 30, "the media request at the checker")
+            assert text.call("decide", TEXT)["answers"]["u"]["type"] == "noul"
+            text_done = time.monotonic() - started
+            waiter.join(60)
+            assert outcome["err"].message == "media file could not be validated"
+            assert text_done < 2.0 <= time.monotonic() - started
+            status = text.status()
+            assert status["media"]["checker_restarts"] == 1 and status["media"]["checker_pid"] != checker
+            # the new checker serves the next request
+            err = decide_error(text, with_media(("image", "a.png")))
+            assert err.code == "unsupported_media"
+    finally:
+        try:
+            os.kill(checker, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    assert daemon.stop() == 0
