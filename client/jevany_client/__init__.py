@@ -22,7 +22,7 @@ from .errors import (
 )
 from .endpoints import default_control_endpoint, default_endpoint
 from .protocol import PROTOCOL_VERSION
-from .questions import Choice, Noul, Score, questions_to_wire
+from .questions import Choice, Image, Noul, Score, Video, questions_to_wire
 from .schema import DecisionRequest, Media, Question, parse_decision
 
 __all__ = [
@@ -33,6 +33,7 @@ __all__ = [
     "DeadlineExceededError",
     "DecisionRequest",
     "ForbiddenError",
+    "Image",
     "InternalError",
     "InvalidMessageError",
     "InvalidRequestError",
@@ -50,6 +51,7 @@ __all__ = [
     "UnknownOpError",
     "UnsupportedMediaError",
     "UnsupportedVersionError",
+    "Video",
     "WorkerLostError",
     "decide_body",
     "default_control_endpoint",

@@ -13,6 +13,7 @@ import typer
 
 from .endpoints import default_control_endpoint, default_endpoint
 from .errors import JevanyError, JevTimeoutError, JevUnreachableError
+from .questions import media_from_path
 
 client_app = typer.Typer(
     name="jevany-client",
@@ -80,6 +81,11 @@ def decide(
         None, "--endpoint", "-e", help=_ENDPOINT_HELP + " Repeat to spread over several daemons."
     ),
     timeout: float = typer.Option(30.0, "--timeout", min=0.001, help=_TIMEOUT_HELP),
+    media: list[str] = typer.Option(
+        None, "--media", help="An image or video for the request (repeatable): a path in the daemon's media "
+        "root, or relative to it; its suffix says which, or write image:PATH / video:PATH. Added after "
+        "any media in FILE.json."
+    ),
 ) -> None:
     """Ask one decision and print the result as JSON.
 
@@ -88,6 +94,12 @@ def decide(
     A daemon error prints "error: CODE: MESSAGE" and exits 1.
     """
     body = _read_body(file)
+    if media:
+        try:
+            extra = [media_from_path(path).to_wire() for path in media]
+        except ValueError as exc:
+            raise _fail(2, f"error: --media: {exc}") from None
+        body["media"] = list(body.get("media") or []) + extra
     result = _ask(endpoint or [default_endpoint()], timeout, lambda c: c.decide_many([body])[0])
     _print_json(result)
 

@@ -17,7 +17,7 @@ import zmq
 from .endpoints import default_endpoint, ipc_path
 from .errors import InvalidRequestError, JevanyError, JevTimeoutError, JevUnreachableError, error_from_wire
 from .protocol import decode_reply, encode_request
-from .questions import Choice, Noul, Score, questions_to_wire
+from .questions import Choice, Image, Noul, Score, Video, questions_to_wire
 from .schema import Media
 
 # Sends wait (within the call's timeout) once this many messages are queued
@@ -39,7 +39,7 @@ def decide_body(
     state: Any,
     questions: Mapping[str, Choice | Noul | Score | dict],
     model: str | None = None,
-    media: Iterable[Media | dict] | None = None,
+    media: Iterable[Media | Image | Video | dict] | None = None,
 ) -> dict[str, Any]:
     """The wire body of a `decide` request (decide_many takes these, or the same with typed questions)."""
     body: dict[str, Any] = {"state": state, "questions": questions_to_wire(questions)}
@@ -63,14 +63,16 @@ def _as_wire_body(body: Any) -> Any:
                                               for q in questions.values()):
         wire["questions"] = questions_to_wire(questions)
     media = wire.get("media")
-    if isinstance(media, (list, tuple)) and all(isinstance(m, (Media, Mapping)) for m in media):
+    if isinstance(media, (list, tuple)) and all(isinstance(m, (Media, Image, Video, Mapping)) for m in media):
         wire["media"] = [_media_to_wire(item) for item in media]
     return wire
 
 
-def _media_to_wire(item: Media | dict) -> dict:
+def _media_to_wire(item: Media | Image | Video | dict) -> dict:
     if isinstance(item, Media):
         return {"type": item.type, "uri": item.uri}
+    if isinstance(item, (Image, Video)):
+        return item.to_wire()
     return dict(item)
 
 
@@ -159,7 +161,7 @@ class JevClient:
         state: Any,
         questions: Mapping[str, Choice | Noul | Score | dict],
         model: str | None = None,
-        media: Iterable[Media | dict] | None = None,
+        media: Iterable[Media | Image | Video | dict] | None = None,
         timeout: float | None = None,
     ) -> dict:
         """Ask one decision; returns the reply's `result` (PROTOCOL.md "decide result")."""

@@ -1,5 +1,6 @@
 """Small builders so callers write Choice([...]) instead of wire maps."""
 
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,41 @@ class Score:
 
     def to_wire(self) -> dict[str, Any]:
         return _wire("score", self.instructions, list(self.levels))
+
+
+@dataclass(frozen=True)
+class Image:
+    """An image the daemon reads from its media root: a path inside it, or relative to it."""
+    uri: str | os.PathLike
+
+    def to_wire(self) -> dict[str, str]:
+        return {"type": "image", "uri": os.fspath(self.uri)}
+
+
+@dataclass(frozen=True)
+class Video:
+    """A video the daemon reads from its media root: a path inside it, or relative to it."""
+    uri: str | os.PathLike
+
+    def to_wire(self) -> dict[str, str]:
+        return {"type": "video", "uri": os.fspath(self.uri)}
+
+
+IMAGE_SUFFIXES = frozenset({".png", ".jpg", ".jpeg", ".gif", ".webp", ".bmp", ".tif", ".tiff"})
+VIDEO_SUFFIXES = frozenset({".mp4", ".mkv", ".webm", ".mov", ".avi", ".m4v", ".mpg", ".mpeg"})
+
+
+def media_from_path(path: str) -> "Image | Video":
+    """image:PATH or video:PATH, or a PATH whose suffix says which; ValueError when none does."""
+    kind, sep, rest = path.partition(":")
+    if sep and kind in ("image", "video") and rest:
+        return (Image if kind == "image" else Video)(rest)
+    suffix = os.path.splitext(path)[1].lower()
+    if suffix in IMAGE_SUFFIXES:
+        return Image(path)
+    if suffix in VIDEO_SUFFIXES:
+        return Video(path)
+    raise ValueError(f"cannot tell whether {path!r} is an image or a video; write image:{path} or video:{path}")
 
 
 def _refuse_str(value: Any, name: str) -> None:

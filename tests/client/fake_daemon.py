@@ -127,7 +127,8 @@ class FakeDaemon:
         result = {"model": "fake-tiny", "answers": {}, "latency_ms": 0.0,
                   "usage": {"input_tokens": 0, "output_tokens": 0},
                   "batch": {"size": 1, "padded_tokens": 0},
-                  "state": state, "questions": request.body.get("questions"), "server": self.name,
+                  "state": state, "questions": request.body.get("questions"), "media": request.body.get("media"),
+                  "server": self.name,
                   "pid": os.getpid()}
         if isinstance(state, dict) and "group" in state:
             return self.hold(sock, envelope, rid, result, state)

@@ -194,3 +194,18 @@ def test_format_status_shows_the_http_gateway_and_counts_transports_apart():
     assert "10 decide (4 zmq, 6 http)" in text
     assert "http       http://127.0.0.1:8008   gateway up, pid 42, 1 restarts   3 batches mixed http and zmq" in text
     assert "gateway" not in format_status({"state": "ready", "http": None})
+
+
+def test_client_decide_adds_media_by_suffix_or_prefix(runner, daemon, tmp_path):
+    path = tmp_path / "body.json"
+    path.write_text(json.dumps({**BODY, "media": [{"type": "image", "uri": "first.png"}]}))
+    args = ["decide", str(path), "-e", daemon.endpoint, "--media", "cat.JPG", "--media", "clips/walk.mp4",
+            "--media", "video:raw.bin"]
+    result = runner.invoke(client_app, args)
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["media"] == [
+        {"type": "image", "uri": "first.png"}, {"type": "image", "uri": "cat.JPG"},
+        {"type": "video", "uri": "clips/walk.mp4"}, {"type": "video", "uri": "raw.bin"}]
+    result = runner.invoke(client_app, ["decide", str(path), "-e", daemon.endpoint, "--media", "notes.txt"])
+    assert result.exit_code == 2
+    assert "--media: cannot tell whether 'notes.txt' is an image or a video; write image:notes.txt" in result.stderr

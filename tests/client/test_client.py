@@ -59,6 +59,17 @@ def test_decide_body_converts_builders_and_media():
     }
 
 
+def test_decide_takes_image_and_video_builders(client):
+    from pathlib import Path
+
+    from jevany_client import Image, Video
+
+    result = client.decide("s", QUESTIONS, media=[Image("a.png"), Video(Path("clips/b.mp4"))])
+    assert result["media"] == [{"type": "image", "uri": "a.png"}, {"type": "video", "uri": "clips/b.mp4"}]
+    many = client.decide_many([{"state": "s", "questions": QUESTIONS, "media": [Image("c.png")]}])
+    assert many[0]["media"] == [{"type": "image", "uri": "c.png"}]
+
+
 @pytest.mark.parametrize("code", sorted(ERROR_CLASSES))
 def test_error_replies_raise_their_typed_class(client, code):
     cls = ERROR_CLASSES[code]
