@@ -43,6 +43,10 @@ def tiny_model(
         "directory (LoRA adapter, head.pt) with its base model in OUT/base.",
     ),
     seed: int = typer.Option(0, "--seed", help="Seed for the random weights; same seed, same model."),
+    multimodal: bool = typer.Option(
+        False, "--multimodal", help="qwen3_5 only: the conditional-generation model with a tiny vision tower "
+        "and its processor (images, and videos where torchvision is installed).",
+    ),
 ) -> None:
     """Build a tiny random model of a real architecture, with a tokenizer trained on the spot.
 
@@ -51,12 +55,16 @@ def tiny_model(
     """
     from jevany_daemon.model.tiny import build_tiny_model
 
+    if multimodal and arch != Arch.qwen3_5:
+        typer.echo(f"error: --multimodal needs --arch qwen3_5, not {arch.value}", err=True)
+        raise typer.Exit(2)
     try:
-        path = build_tiny_model(out, arch=arch.value, readout=readout.value, seed=seed)
+        path = build_tiny_model(out, arch=arch.value, readout=readout.value, seed=seed, multimodal=multimodal)
     except FileExistsError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(1) from exc
-    typer.echo(f"wrote {arch.value} {readout.value} model to {path}")
+    kind = " multimodal" if multimodal else ""
+    typer.echo(f"wrote {arch.value}{kind} {readout.value} model to {path}")
 
 
 @app.command("serve")

@@ -41,6 +41,7 @@ from .prompts import Encoded, Limits, make_encoder
 from .readouts import make_readout
 
 LATEST_ALIAS = "jevany-latest"
+MAX_MEDIA_QUESTIONS = 1     # JevAny's: a media request is scored alone, with one question
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
@@ -159,8 +160,8 @@ class Engine:
         """Validate and encode; raises the typed error the caller should get."""
         request = body if isinstance(body, DecisionRequest) else parse_decision(body)
         self._check_model(request)
-        if request.media and not self.model.multimodal:
-            raise UnsupportedMediaError("checkpoint does not support media")
+        if request.media:
+            self._check_media(request)
         for q in request.questions:
             if q.n_options > self.max_options:
                 raise InvalidRequestError(
@@ -191,6 +192,22 @@ class Engine:
         except TooLong as exc:
             raise ContextLengthError(f"state exceeds {self.limits.state} tokens: at least "
                                      f"{-(-exc.chars // per_token)} with its date facts") from None
+
+    def _check_media(self, request: DecisionRequest) -> None:
+        """JevAny's order: the model takes media at all, each type, then one question per request."""
+        if not self.model.multimodal:
+            raise UnsupportedMediaError("checkpoint does not support media")
+        served = getattr(self.model, "media_types", ())
+        for item in request.media:
+            if item.type not in served:
+                why = self.model.info.get("media_unavailable")
+                raise UnsupportedMediaError(f"this model does not serve {item.type} media"
+                                            + (f" ({why})" if why else ""))
+        if len(request.questions) > MAX_MEDIA_QUESTIONS:
+            raise InvalidRequestError(f"media requests support at most {MAX_MEDIA_QUESTIONS} question(s)")
+        # The checkpoint can read media, but the engine's pass through the vision tower is
+        # not wired yet: refuse rather than score the text and silently drop the media.
+        raise UnsupportedMediaError("this version of the daemon does not score media requests yet")
 
     def _check_model(self, request: DecisionRequest) -> None:
         if request.model not in (None, self.model.model_id, LATEST_ALIAS):

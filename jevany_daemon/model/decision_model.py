@@ -18,7 +18,8 @@ MAX_OPTIONS = {"pointer": 4096, "lm_token": 255, "choice": 52}
 class DecisionModel:
     model_id: str                  # what replies name as "model"
     source: str                    # where it was loaded from (directory or hub id)
-    causal_lm: torch.nn.Module     # a transformers *ForCausalLM, eval mode, on device (or spread: devices)
+    causal_lm: torch.nn.Module     # a transformers *ForCausalLM (multimodal: *ForConditionalGeneration), eval
+                                   # mode, on device (or spread: devices)
     tokenizer: object              # a transformers PreTrainedTokenizerFast
     readout: str                   # one of READOUTS
     device: torch.device           # where inputs go: the embedding's device
@@ -29,7 +30,12 @@ class DecisionModel:
     head: torch.nn.Module | None = None          # PointerHead for readout "pointer"
     verbalizer_ids: list[int] = field(default_factory=list)  # lm_token symbols, in order
     temperature: float = 1.0
+    # A checkpoint with a vision tower (multimodal.py): text requests still run the
+    # backbone; media requests run the whole model through the processor. media_types
+    # is what this host can encode (empty when the processor's packages are missing).
     multimodal: bool = False
+    processor: object | None = None
+    media_types: tuple[str, ...] = ()
     info: dict = field(default_factory=dict)     # extra facts for describe() (lora, checkpoint kind...)
     # A model spread over GPUs by a device map: its final hidden states come out
     # on output_device (the final norm's), not on device. None: device.

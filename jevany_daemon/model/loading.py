@@ -1,5 +1,9 @@
 """Load a decision model: a JevAny checkpoint (LoRA + head.pt) or a plain causal LM.
 
+A multimodal one (a plain Qwen3.5 directory with its vision tower, when media
+is asked for, or a checkpoint whose head.pt says multimodal) loads whole, as
+the conditional-generation model, with its processor (multimodal.py).
+
 Everything that can be checked without weights (readout, device, dtype) is
 checked first, so a bad setting fails in milliseconds rather than after a
 multi-gigabyte load. Every failure is a ModelLoadError naming the source.
@@ -14,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from jevany_daemon.model import kernels
+from jevany_daemon.model import kernels, multimodal
 from jevany_daemon.model.checkpoint import HEAD_FILE, Meta, ModelLoadError, read_meta, resolve_decision_tokens
 from jevany_daemon.model.decision_model import READOUTS, DecisionModel
 from jevany_daemon.model.placement import Placement, plan as plan_placement
@@ -79,8 +83,14 @@ def load_model(
     temperature: float | None = None,
     device_map: str | None = None,
     max_memory_gib: float | None = None,
+    media: bool = False,
 ) -> DecisionModel:
     """Load SOURCE (a local directory or an owner/name[@rev] hub id) as a DecisionModel.
+
+    media: load a plain multimodal directory (Qwen3.5 ships its vision tower) whole, with its
+    processor, to serve media; without it only the language model loads, as for text alone,
+    and the vision tower costs no memory. A checkpoint whose head.pt says multimodal always
+    loads whole.
 
     With device_map (config.DEVICE_MAPS), Accelerate spreads the model over the GPUs in device
     (cuda: every visible one), each taking at most max_memory_gib.
@@ -101,7 +111,7 @@ def load_model(
     if kind == "checkpoint":
         model = _load_checkpoint(Path(location), readout, **common)
     else:
-        model = _load_causal_lm(location, revision, readout, **common)
+        model = _load_causal_lm(location, revision, readout, media=media, **common)
     paths = kernels.prepare(model.causal_lm, model.dtype, model.device)
     model.info["linear_attention"] = kernels.describe(paths)
     return model
@@ -177,14 +187,44 @@ def _tokenizer(source: str, location: str, revision: str | None = None):
 
 
 def _causal_lm(source: str, location: str, dtype: torch.dtype, revision: str | None = None,
-               placement: Placement | None = None):
-    from transformers import AutoModelForCausalLM
+               placement: Placement | None = None, with_vision: bool = False):
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 
+    auto = AutoModelForImageTextToText if with_vision else AutoModelForCausalLM
     return _from_pretrained(
-        "the model", source, AutoModelForCausalLM.from_pretrained, location,
+        "the model", source, auto.from_pretrained, location,
         revision=revision, dtype=dtype, attn_implementation=ATTN_IMPLEMENTATION,
         **(placement.from_pretrained_kwargs() if placement else {}),
     )
+
+
+def _is_multimodal(source: str, location: str, revision: str | None = None) -> bool:
+    from transformers import AutoConfig
+
+    config = _from_pretrained("the model config", source, AutoConfig.from_pretrained, location, revision=revision)
+    return multimodal.is_multimodal_config(config)
+
+
+def _media(source: str, location: str, tokenizer, revision: str | None = None) -> tuple[dict, dict]:
+    """(DecisionModel fields, info) for a multimodal model: its processor and the media types it serves.
+
+    A host without the processor's packages (Pillow, torchvision, PyAV) still
+    serves text; info says why media are not served.
+    """
+    try:
+        processor = _from_pretrained("the processor", source, multimodal.load_processor, location,
+                                     tokenizer=tokenizer, revision=revision)
+    except ModelLoadError as exc:
+        if not isinstance(exc.__cause__, ImportError):
+            raise
+        return ({"multimodal": True, "processor": None, "media_types": ()},
+                {"multimodal": True, "media_types": [], "media_unavailable": str(exc.__cause__)})
+    types = multimodal.media_types(processor)
+    info = {"multimodal": True, "media_types": list(types)}
+    reasons = [r for r in (multimodal.unavailable(processor, t) for t in multimodal.MEDIA_TYPES) if r]
+    if reasons:
+        info["media_unavailable"] = "; ".join(reasons)
+    return {"multimodal": True, "processor": processor, "media_types": types}, info
 
 
 def _freeze(module: torch.nn.Module, device: torch.device | None) -> torch.nn.Module:
@@ -212,20 +252,23 @@ def _attn_implementation(causal_lm) -> str | None:
     return getattr(causal_lm.config, "_attn_implementation", None)
 
 
-def _load_causal_lm(location, revision, readout, *, source, model_id, placement, dtype, temperature):
+def _load_causal_lm(location, revision, readout, *, source, model_id, placement, dtype, temperature, media):
     if readout not in (None, "choice"):
         raise ModelLoadError(
             f"{source!r} is a plain causal LM (no {HEAD_FILE}); it supports only the choice readout, "
             f"not {readout!r}"
         )
     tokenizer = _tokenizer(source, location, revision)
-    causal_lm = _freeze(_causal_lm(source, location, dtype, revision, placement), placement.move_to)
+    with_vision = media and _is_multimodal(source, location, revision)
+    media, media_info = _media(source, location, tokenizer, revision) if with_vision else ({}, {})
+    causal_lm = _causal_lm(source, location, dtype, revision, placement, with_vision)
+    causal_lm = _freeze(causal_lm, placement.move_to)
     return DecisionModel(
         model_id=model_id, source=source, causal_lm=causal_lm, tokenizer=tokenizer, readout="choice",
         **placement.settle(causal_lm, source), dtype=dtype,
-        temperature=1.0 if temperature is None else float(temperature),
+        temperature=1.0 if temperature is None else float(temperature), **media,
         info={"kind": "causal-lm", "base": location, "revision": revision,
-              "attn_implementation": _attn_implementation(causal_lm)},
+              "attn_implementation": _attn_implementation(causal_lm), **media_info},
     )
 
 
@@ -239,7 +282,16 @@ def _load_checkpoint(run_dir: Path, readout, *, source, model_id, placement, dty
         tokenizer = _tokenizer(source, base, base_revision)
     decision_tokens = resolve_decision_tokens(tokenizer)
     verbalizer_ids = _verbalizer_ids(meta, tokenizer) if meta.decision_mode == "lm_token" else []
-    causal_lm = _causal_lm(source, base, torch.float32, base_revision, placement)
+    media, media_info = {}, {}
+    if meta.multimodal:
+        if not _is_multimodal(source, base, base_revision):
+            raise ModelLoadError(f"{source!r}: {HEAD_FILE} says multimodal, but its base model {base!r} has no "
+                                 f"vision tower of a supported family ({', '.join(multimodal.MULTIMODAL_MODEL_TYPES)})")
+        # The processor saved with the checkpoint, else the base's; either way around the checkpoint's tokenizer.
+        processor_dir, processor_revision = (str(run_dir), None) if multimodal.has_processor(run_dir) \
+            else (base, base_revision)
+        media, media_info = _media(source, processor_dir, tokenizer, processor_revision)
+    causal_lm = _causal_lm(source, base, torch.float32, base_revision, placement, meta.multimodal)
     if len(tokenizer) > causal_lm.get_input_embeddings().num_embeddings:
         # Tokens JevAny added in training; their trained rows come with the adapter.
         causal_lm.resize_token_embeddings(len(tokenizer))
@@ -264,15 +316,14 @@ def _load_checkpoint(run_dir: Path, readout, *, source, model_id, placement, dty
     return DecisionModel(
         model_id=model_id, source=source, causal_lm=causal_lm, tokenizer=tokenizer,
         **readouts, **where, dtype=dtype, decision_tokens=decision_tokens,
-        head=head, verbalizer_ids=verbalizer_ids,
-        multimodal=meta.multimodal,
+        head=head, verbalizer_ids=verbalizer_ids, **media,
         info={
             "kind": "jevany-checkpoint", "base": base, "base_revision": base_revision, "lora": meta.lora,
             "decision_mode": meta.decision_mode,    # its own readout, whichever one serves
             "head_type": meta.head_type if meta.decision_mode == "pointer" else None,
             "branch_mode": meta.branch_mode, "option_isolation": meta.option_isolation,
             "weights_dtype": meta.weights_dtype, "verbalizers": len(verbalizer_ids),
-            "attn_implementation": _attn_implementation(causal_lm),
+            "attn_implementation": _attn_implementation(causal_lm), **media_info,
         },
     )
 
@@ -293,8 +344,6 @@ def _check_meta(meta: Meta, readout: str | None, temperature: float | None, sour
     if (temperature is None or readout == "choice") and not _valid_temperature(meta.temperature):
         raise ModelLoadError(f"{source!r}: temperature in {HEAD_FILE} must be positive and finite, "
                              f"got {meta.temperature!r}")
-    if meta.multimodal:
-        raise ModelLoadError(f"{source!r} is a multimodal JevAny checkpoint; multimodal models are not supported yet")
     if meta.decision_mode == "pointer" and not meta.head:
         raise ModelLoadError(f"{source!r}: pointer checkpoint has no head weights in {HEAD_FILE}")
     if meta.decision_mode == "lm_token" and not meta.verbalizers:

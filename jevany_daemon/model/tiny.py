@@ -2,7 +2,8 @@
 
 The weights are random but everything around them is real: a byte-level BPE
 tokenizer trained here on a synthetic corpus, a transformers config of the
-architecture we serve (qwen3: attention only; qwen3_5: Gated DeltaNet hybrid)
+architecture we serve (qwen3: attention only; qwen3_5: Gated DeltaNet hybrid,
+optionally multimodal with its vision tower and processor, tiny_vision.py)
 and, for the native readouts, a JevAny-format run directory (LoRA adapter on
 the decoder backbone plus head.pt) that loads through the same path as a real
 checkpoint. Nothing is downloaded.
@@ -172,18 +173,25 @@ def _tokenizer_json() -> str:
     return tok.to_str()
 
 
-def build_tokenizer():
-    """A fresh PreTrainedTokenizerFast with the tiny vocabulary (trained once per process)."""
+def build_tokenizer(multimodal: bool = False):
+    """A fresh PreTrainedTokenizerFast with the tiny vocabulary (trained once per process).
+
+    multimodal: the vision tokens are added after the trained vocabulary, so the
+    text tokens keep the ids a text model's tokenizer gives them.
+    """
     from tokenizers import Tokenizer
     from transformers import PreTrainedTokenizerFast
 
+    from jevany_daemon.model.tiny_vision import VISION_TOKENS
+
+    specials = list(SPECIAL_TOKENS[1:]) + (list(VISION_TOKENS) if multimodal else [])
     return PreTrainedTokenizerFast(
         tokenizer_object=Tokenizer.from_str(_tokenizer_json()),
         eos_token=EOS,
         pad_token=EOS,
         bos_token=None,
         unk_token=None,
-        additional_special_tokens=list(SPECIAL_TOKENS[1:]),
+        additional_special_tokens=specials,
         chat_template=CHAT_TEMPLATE,
         model_max_length=4096,
         clean_up_tokenization_spaces=False,
@@ -273,6 +281,18 @@ def build_causal_lm(arch: str, tokenizer, seed: int = 0, shape: str = "tiny"):
     return model.eval()
 
 
+def build_multimodal_lm(tokenizer, seed: int = 0, shape: str = "tiny"):
+    """Qwen3_5ForConditionalGeneration: the qwen3_5 language model of this shape, with a tiny vision tower."""
+    from transformers import AutoModelForImageTextToText
+
+    from jevany_daemon.model.tiny_vision import multimodal_config
+
+    config = multimodal_config(_model_config("qwen3_5", tokenizer, shape), tokenizer)
+    torch.manual_seed(seed)
+    model = AutoModelForImageTextToText.from_config(config, attn_implementation="sdpa", dtype=torch.float32)
+    return model.eval()
+
+
 def lora_targets(backbone) -> list[str]:
     """Attention projections (and Gated DeltaNet's in/out projections) present in this backbone."""
     wanted = ("q_proj", "k_proj", "v_proj", "o_proj", "in_proj_qkv", "in_proj_z", "out_proj")
@@ -303,7 +323,7 @@ def _save_adapter(causal_lm, out: Path, seed: int) -> None:
     (out / "README.md").unlink(missing_ok=True)
 
 
-def _head_meta(readout: str, hidden_size: int, tokenizer, seed: int) -> dict:
+def _head_meta(readout: str, hidden_size: int, tokenizer, seed: int, multimodal: bool = False) -> dict:
     meta = {
         "base": "base",
         "lora": LORA_RANK,
@@ -314,7 +334,7 @@ def _head_meta(readout: str, hidden_size: int, tokenizer, seed: int) -> dict:
         "temperature": TEMPERATURE[readout],
         "tokenizer_saved": True,
         "special_embeddings": False,
-        "multimodal": False,
+        "multimodal": multimodal,
         "branch_mode": "auto",
         "weights_dtype": "fp32",
         "head": None,
@@ -328,15 +348,19 @@ def _head_meta(readout: str, hidden_size: int, tokenizer, seed: int) -> dict:
 
 
 def build_tiny_model(out: Path | str, arch: str = "qwen3", readout: str = "choice", seed: int = 0,
-                     shape: str = "tiny") -> Path:
+                     shape: str = "tiny", multimodal: bool = False) -> Path:
     """Write a tiny random model to OUT and return OUT.
 
     choice: OUT is a plain Hugging Face model directory. pointer / lm_token: OUT
     is a JevAny run directory (tokenizer, LoRA adapter, head.pt) whose base
-    model lies in OUT/base.
+    model lies in OUT/base. multimodal (qwen3_5 only): the base model is a
+    Qwen3_5ForConditionalGeneration with its processor (image and video) saved
+    beside it, and head.pt says multimodal.
     """
     if arch not in ARCHS:
         raise ValueError(f"unknown arch {arch!r}; expected one of {ARCHS}")
+    if multimodal and arch != "qwen3_5":
+        raise ValueError(f"multimodal tiny models are qwen3_5 (with its vision tower), not {arch!r}")
     if readout not in TINY_READOUTS:
         raise ValueError(f"unknown readout {readout!r}; expected one of {TINY_READOUTS}")
     if shape not in SHAPES:
@@ -347,20 +371,29 @@ def build_tiny_model(out: Path | str, arch: str = "qwen3", readout: str = "choic
         raise FileExistsError(f"{out} exists and is not an empty directory")
     out.mkdir(parents=True, exist_ok=True)
     with _quiet(), torch.random.fork_rng(devices=[]):
-        _write(out, arch, readout, seed, shape)
+        _write(out, arch, readout, seed, shape, multimodal)
     return out
 
 
-def _write(out: Path, arch: str, readout: str, seed: int, shape: str) -> None:
-    tokenizer = build_tokenizer()
-    model = build_causal_lm(arch, tokenizer, seed, shape)
+def _write(out: Path, arch: str, readout: str, seed: int, shape: str, multimodal: bool) -> None:
+    tokenizer = build_tokenizer(multimodal)
+    if multimodal:
+        from jevany_daemon.model.tiny_vision import save_processor
+
+        model = build_multimodal_lm(tokenizer, seed, shape)
+        # The processor's files hold the tokenizer's, with the media chat template.
+        save_preprocessing = functools.partial(save_processor, tokenizer=tokenizer)
+    else:
+        model = build_causal_lm(arch, tokenizer, seed, shape)
+        save_preprocessing = tokenizer.save_pretrained
     base = out if readout == "choice" else out / "base"
     model.save_pretrained(base)
-    tokenizer.save_pretrained(base)
+    save_preprocessing(base)
     if readout == "choice":
         return
     _save_adapter(model, out, seed)
     # What JevAny records on first preparation: the alphabet, explicitly.
     tokenizer.init_kwargs["jevany_decision_tokens"] = list(DECISION_TOKENS)
-    tokenizer.save_pretrained(out)
-    torch.save(_head_meta(readout, model.config.hidden_size, tokenizer, seed), out / HEAD_FILE)
+    save_preprocessing(out)
+    hidden_size = model.config.get_text_config().hidden_size
+    torch.save(_head_meta(readout, hidden_size, tokenizer, seed, multimodal), out / HEAD_FILE)

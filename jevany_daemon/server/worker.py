@@ -76,7 +76,8 @@ def load_engine(settings: dict, observer=None):
     model = load_model(source, readout=settings["readout"], device=settings["device"],
                        dtype=settings["dtype"], model_id=settings["model_id"],
                        temperature=settings.get("temperature"),
-                       device_map=settings.get("device_map"), max_memory_gib=settings.get("max_memory_gib"))
+                       device_map=settings.get("device_map"), max_memory_gib=settings.get("max_memory_gib"),
+                       media=settings.get("media_root") is not None)
     if settings["model"] is None:
         model.info["random_weights"] = True      # status and jevany-ctl say so, not only this log
     if model.info.get("linear_attention"):
