@@ -6,6 +6,7 @@ masks.py     attention masks in which every query row has a key (CUDA returns Na
 readouts.py  hidden states → probabilities (pointer, lm_token, choice)
 native_blend.py  the choice readout pooled with a checkpoint's own readout (choice_native_weight)
 date_facts.py    day counts between the dates of a state, added to it before encoding (date_facts)
+media_pass.py    a media request's one pass: its files, then its prompt, through the vision tower
 batching.py  which requests share a pass, and who runs it (group commit)
 prefix_cache.py  prefixes already computed, kept LRU within entry and byte bounds; the head pinned
 prefix_reuse.py  passes that continue from the longest kept prefix (one pass, or two on hybrid models)

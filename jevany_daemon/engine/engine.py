@@ -33,6 +33,7 @@ from .faults import (DeviceLost, NonFiniteError, check_finite, is_device_lost, i
                      release_cached_memory)
 from .layouts import PACKED_PROVEN, SHARED_PROVEN, PackedLayout, RowsLayout, Shape, SharedLayout
 from .masks import per_layer_type
+from .media_pass import media_forward
 from .native_blend import both_passes, native_blend
 from .policy import BatchPolicy
 from .prefix_cache import PrefixCache
@@ -205,9 +206,9 @@ class Engine:
                                             + (f" ({why})" if why else ""))
         if len(request.questions) > MAX_MEDIA_QUESTIONS:
             raise InvalidRequestError(f"media requests support at most {MAX_MEDIA_QUESTIONS} question(s)")
-        # The checkpoint can read media, but the engine's pass through the vision tower is
-        # not wired yet: refuse rather than score the text and silently drop the media.
-        raise UnsupportedMediaError("this version of the daemon does not score media requests yet")
+        if self.blend is not None:
+            # The native pass reads its own prompt through the text layouts; it would drop the media.
+            raise UnsupportedMediaError("the choice readout's native blend (choice_native_weight) takes text only")
 
     def _check_model(self, request: DecisionRequest) -> None:
         if request.model not in (None, self.model.model_id, LATEST_ALIAS):
@@ -318,7 +319,13 @@ class Engine:
         ok, padded = False, 0
         try:
             with torch.inference_mode():
-                gathered, padded = layout.forward(self._backbone, encs, self.pad_id, model.device, model.dtype)
+                if batch[0].request.media:     # alone in its batch (Pending.alone)
+                    with self._tokenizer_lock:
+                        gathered, padded = media_forward(model, encs[0], [(m.type, m.uri) for m in
+                                                                           batch[0].request.media])
+                else:
+                    gathered, padded = layout.forward(self._backbone, encs, self.pad_id, model.device,
+                                                      model.dtype)
                 probs = self.readout.probabilities(gathered, plan)
                 if native_plan is not None:
                     native, extra = self._native_pass(batch, native_plan)

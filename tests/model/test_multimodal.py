@@ -277,7 +277,33 @@ def test_the_engine_checks_media_in_jevanys_order_and_never_drops_it(loaded):
             engine.admit({**body, "media": [{"type": "video", "uri": "/m/v.mp4"}]})
     with pytest.raises(InvalidRequestError, match=r"media requests support at most 1 question\(s\)"):
         engine.admit({**body, "questions": {"a": {"type": "noul"}, "b": {"type": "noul"}}})
-    # until the engine's vision pass is wired, a media request is refused, not scored as text
-    with pytest.raises(UnsupportedMediaError, match="does not score media requests yet"):
-        engine.admit(body)
     assert engine.decide({"state": "s", "questions": {"q": {"type": "noul"}}})["answers"]["q"]["type"] == "noul"
+
+
+@pytest.mark.parametrize("readout", ["choice", "pointer"])
+def test_a_media_request_is_scored_alone_through_the_vision_tower(loaded, image_file, readout, tmp_path):
+    from PIL import Image
+
+    from jevany_client.errors import InvalidRequestError
+    from jevany_daemon.config import EngineConfig
+    from jevany_daemon.engine.engine import Engine
+
+    engine = Engine(loaded[readout], EngineConfig(max_batch_size=8))
+    question = {"q": {"type": "choice", "criteria": {"cat": None, "dog": None, "bird": None}}}
+    text = {"state": "what is in the picture?", "questions": question}
+    other = tmp_path / "other.png"
+    Image.new("RGB", (64, 64), color=(250, 250, 0)).save(other)
+    with_image = {**text, "media": [{"type": "image", "uri": str(image_file)}]}
+    bodies = [text, with_image, {**text, "media": [{"type": "image", "uri": str(other)}]}, text]
+    results = engine.score([engine.admit(body) for body in bodies])
+    plain, seen, seen_other, plain_again = (r["answers"]["q"]["probabilities"] for r in results)
+    assert all(abs(plain[k] - plain_again[k]) <= 1e-5 for k in plain)   # text batches as before
+    for p in (seen, seen_other):
+        assert abs(sum(p.values()) - 1) < 1e-5 and all(0 <= v <= 1 for v in p.values())
+    assert seen != plain and seen != seen_other          # the pixels reached the readout
+    assert results[1]["batch"]["size"] == 1              # scored alone
+    assert engine.decide(with_image)["answers"]["q"]["probabilities"] == seen   # and the same again
+    with pytest.raises(InvalidRequestError, match="could not be validated"):
+        broken = tmp_path / "broken.png"
+        broken.write_bytes(b"not a png")
+        engine.decide({**text, "media": [{"type": "image", "uri": str(broken)}]})

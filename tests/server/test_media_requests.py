@@ -90,3 +90,55 @@ def test_a_stuck_check_costs_one_request_and_text_keeps_flowing(start_daemon, tm
         except ProcessLookupError:
             pass
     assert daemon.stop() == 0
+
+
+def test_a_media_request_amid_text_load_runs_alone_and_answers_as_in_process(start_daemon, tmp_path):
+    import multiprocessing as mp
+
+    from jevany_daemon import workloads
+    from jevany_daemon.config import EngineConfig
+    from jevany_daemon.engine.engine import Engine
+    from jevany_daemon.model.loading import load_model
+    from jevany_daemon.model.tiny import build_tiny_model
+    from jevany_daemon.parity import compare
+
+    from .client_proc import stream
+
+    model_dir = build_tiny_model(tmp_path / "mm", arch="qwen3_5", readout="pointer", multimodal=True)
+    root = tmp_path / "media"
+    root.mkdir()
+    picture = Image.new("RGB", (48, 32))
+    picture.putdata([(x * 5, y * 7, (x + y) * 3) for y in range(32) for x in range(48)])
+    picture.save(root / "cat.png")
+    daemon = start_daemon("--media-root", str(root), "--max-batch-size", "8", "--batch-policy", "greedy",
+                          model=model_dir)
+    media_body = {"state": {"ticket": "what is this?"}, "media": [{"type": "image", "uri": "cat.png"}],
+                  "questions": {"q": {"type": "choice", "criteria": {"cat": None, "dog": None, "bird": None}}}}
+    bodies = workloads.short(48, seed=4)
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    together = ctx.Barrier(7)
+    procs = [ctx.Process(target=stream, args=(daemon.endpoint, bodies[k::6], k * 100, queue, together))
+             for k in range(6)]
+    for p in procs:
+        p.start()
+    with daemon.client(timeout=120) as client:
+        together.wait(120)
+        media_result = client.decide(media_body["state"], media_body["questions"], media=media_body["media"])
+    got = {}
+    for _ in procs:
+        for index, _, result in queue.get(timeout=240):
+            got[index] = result
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    engine = Engine(load_model(str(model_dir), media=True), EngineConfig())
+    order = [(k * 100 + i, body) for k in range(6) for i, body in enumerate(bodies[k::6])]
+    report = compare([engine.decide(body) for _, body in order], [got[i] for i, _ in order])
+    assert report["max_abs_diff"] <= 1e-5 and report["decisions_changed"] == []
+    expected = engine.decide({**media_body, "media": [{"type": "image", "uri": str(root / "cat.png")}]})
+    assert compare([expected], [media_result])["max_abs_diff"] <= 1e-5
+    assert media_result["batch"]["size"] == 1                           # alone
+    histogram = daemon.status()["batching"]["batch_size_histogram"]
+    assert max(int(size) for size in histogram) > 1                      # text batched around it
+    assert daemon.stop() == 0
