@@ -12,6 +12,7 @@ past its deadline, and starts another.
 import argparse
 import json
 import os
+import signal
 import sys
 
 import msgpack
@@ -31,6 +32,8 @@ def main(argv=None) -> int:
     parser.add_argument("--identity", required=True)
     parser.add_argument("--settings", required=True, help="ServeSettings as JSON")
     args = parser.parse_args(argv)
+    # The supervisor stops this process; a Ctrl-C sent to the whole process group must not.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     policy = MediaPolicy.from_settings(json.loads(args.settings))
     parent = os.getppid()
     ctx = zmq.Context()

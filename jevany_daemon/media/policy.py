@@ -8,6 +8,7 @@ video. Each refusal has its own message, JevAny's word for word, so callers
 that match on them keep working. Everything here is plain Python and reads
 only file metadata; opening the files is checks.py's.
 """
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -81,6 +82,8 @@ def _inside(root: Path, uri: str) -> Path:
         raise refused("media path is outside JEVANY_MEDIA_ROOT")
     if not path.is_file():
         raise refused("media path is not a regular file")
+    if not os.access(path, os.R_OK):
+        raise refused("server cannot access media file; check shared directory and file permissions")
     return path
 
 

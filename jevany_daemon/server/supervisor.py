@@ -235,6 +235,8 @@ class Supervisor:
             timeout = min(timeout, int((self._next_watchdog - now) * 1000) + 1)
         if self.gateway is not None and (restart_in := self.gateway.wait_s()) is not None:
             timeout = min(timeout, int(restart_in * 1000) + 1)
+        if self.media is not None and (due := self.media.next_deadline()) is not None:
+            timeout = min(timeout, int((due - now) * 1000) + 1)
         return dict(self.poller.poll(max(0, timeout)))
 
     def handle_signals(self) -> None:
@@ -332,8 +334,9 @@ class Supervisor:
         if self.media is not None:
             for entry, ok, outcome in self.media.watch():
                 self.media_checked(entry, ok, outcome)
-        if self.gateway is not None and not (self.state == "draining" and self._exiting):
-            self.gateway.watch()      # not while stopping: a gateway that exits then stays gone
+        if self.gateway is not None:
+            # While stopping, one that exits is reaped but not started again.
+            self.gateway.watch(restart=not (self.state == "draining" and self._exiting))
 
     def finish_drain(self) -> None:
         if self.state != "draining":
@@ -406,7 +409,8 @@ class Supervisor:
         decision = parse_decision(request.body)    # reject bad bodies here, before they take a queue slot
         if decision.media and self.media is None:
             raise InvalidRequestError("media is disabled; the server operator must set JEVANY_MEDIA_ROOT")
-        if self.queue.full:
+        checking = self.media.pending() if self.media is not None else 0
+        if len(self.queue) + checking >= self.queue.max_depth:
             self.overloads.hit(queue=len(self.queue), max_queue=self.queue.max_depth)
             raise OverloadedError(f"queue is full ({self.queue.max_depth} requests waiting); retry later")
         deadline = None if request.timeout_ms is None else received + request.timeout_ms / 1000

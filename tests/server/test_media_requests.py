@@ -142,3 +142,41 @@ def test_a_media_request_amid_text_load_runs_alone_and_answers_as_in_process(sta
     histogram = daemon.status()["batching"]["batch_size_histogram"]
     assert max(int(size) for size in histogram) > 1                      # text batched around it
     assert daemon.stop() == 0
+
+
+def test_a_dead_checker_and_a_full_queue_never_lose_a_media_request(start_daemon, tmp_path):
+    import msgpack
+    import zmq
+
+    from jevany_client import OverloadedError
+
+    root = tmp_path / "media"
+    root.mkdir()
+    Image.new("RGB", (32, 24)).save(root / "a.png")
+    daemon = start_daemon("--media-root", str(root), "--max-queue", "2", readout="choice")
+    with daemon.client(timeout=60, retries=0) as client:
+        # killed while idle: the next media request waits for its successor, and is answered
+        os.kill(daemon.status()["media"]["checker_pid"], signal.SIGKILL)
+        assert decide_error(client, with_media(("image", "a.png"))).code == "unsupported_media"
+        assert client.status()["media"]["checker_restarts"] == 1
+        # requests waiting for the checker count against --max-queue
+        checker = client.status()["media"]["checker_pid"]
+        os.kill(checker, signal.SIGSTOP)
+        ctx = zmq.Context()
+        raw = ctx.socket(zmq.DEALER)
+        raw.setsockopt(zmq.LINGER, 0)
+        raw.connect(daemon.endpoint)
+        try:
+            for i in range(2):
+                raw.send(msgpack.packb({"v": 1, "id": i, "op": "decide", "body": with_media(("image", "a.png"))}))
+            wait_for(lambda: client.status()["media"]["checking"] == 2, 30, "two media requests held")
+            with pytest.raises(OverloadedError):
+                client.call("decide", TEXT)
+        finally:
+            os.kill(checker, signal.SIGCONT)
+        replies = [msgpack.unpackb(raw.recv()) for _ in range(2) if raw.poll(60_000)]
+        raw.close()
+        ctx.term()
+    assert sorted(r["id"] for r in replies) == [0, 1]                  # both answered once the checker runs
+    assert {r["error"]["code"] for r in replies} == {"unsupported_media"}
+    assert daemon.stop() == 0
