@@ -147,7 +147,10 @@ def create_app(gateway: Gateway) -> FastAPI:
         if gateway.metrics_url is None:
             return JSONResponse({"detail": "metrics are off; start the daemon with --metrics-port"},
                                 status_code=404)
-        body, content_type = await asyncio.to_thread(_fetch, gateway.metrics_url)
+        try:
+            body, content_type = await asyncio.to_thread(_fetch, gateway.metrics_url)
+        except OSError as exc:
+            return error_response("internal", f"the daemon's metrics could not be read: {exc}")
         return Response(body, media_type=content_type)
 
     return app

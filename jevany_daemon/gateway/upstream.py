@@ -17,7 +17,7 @@ from itertools import count
 import msgpack
 import zmq
 
-from jevany_client.errors import JevTimeoutError, OverloadedError, error_from_wire
+from jevany_client.errors import InvalidRequestError, JevTimeoutError, OverloadedError, error_from_wire
 from jevany_client.protocol import encode_request
 
 
@@ -47,7 +47,10 @@ class Upstream:
                    wait_s: float = 30.0) -> dict:
         """The op's result; the daemon's typed error raised; JevTimeoutError after wait_s."""
         rid = next(self._ids)
-        payload = encode_request(rid, op, body, timeout_ms)
+        try:
+            payload = encode_request(rid, op, body, timeout_ms)
+        except (OverflowError, ValueError, TypeError) as exc:   # e.g. an integer wider than 64 bits
+            raise InvalidRequestError(f"the body cannot be sent: {exc}") from None
         if len(payload) > self.max_message_bytes:
             raise TooLarge(len(payload), self.max_message_bytes)
         future = self._loop.create_future()

@@ -59,8 +59,10 @@ class GatewayProcess:
                 "--settings", json.dumps(self.settings.to_dict()), "--parent", str(os.getpid())]
         if self.metrics_url:
             argv += ["--metrics-url", self.metrics_url]
+        # Its own session: a Ctrl-C at the terminal reaches the supervisor, which drains, and
+        # stops the gateway only after every HTTP caller has had its reply.
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, pass_fds=(fd,),
-                                     env=worker_environment(os.environ))
+                                     env=worker_environment(os.environ), start_new_session=True)
         self.started_at, self.next_start = self.clock(), None
         try:
             self.sentinel = os.pidfd_open(self.proc.pid)
@@ -69,8 +71,8 @@ class GatewayProcess:
             self.sentinel = None
         event(log, "gateway_spawn", pid=self.proc.pid, http=self.address, restarts=self.restarts)
 
-    def watch(self) -> None:
-        """Notice an exit and start a successor, after the backoff if it keeps dying."""
+    def watch(self, restart: bool = True) -> None:
+        """Notice an exit and start a successor, after the backoff if it keeps dying (unless restart is off)."""
         now = self.clock()
         if self.proc is not None and self.proc.poll() is not None:
             code = self.proc.returncode
@@ -81,6 +83,8 @@ class GatewayProcess:
                   lived_s=round(lived, 3), restart_in_s=self.backoff_s)
             self.proc, self.next_start = None, now + self.backoff_s
             self.restarts += 1
+        if not restart:
+            self.next_start = None
         if self.proc is None and self.next_start is not None and now >= self.next_start:
             self._spawn()
 

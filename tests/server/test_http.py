@@ -115,6 +115,8 @@ def test_every_error_status_with_its_code(start_daemon):
     assert reply["detail"].startswith("unknown model 'other'")
     status, headers, reply = post({"state": "word " * 6000, "questions": {"q": {"type": "noul"}}})
     assert (status, headers["x-jevany-error-code"]) == (422, "context_length_exceeded")
+    status, headers, reply = post({"state": 2 ** 70, "questions": {"q": {"type": "noul"}}})
+    assert (status, headers["x-jevany-error-code"]) == (422, "invalid_request")    # msgpack has no such int
     status, headers, reply = post(BODY, headers={"X-JevAny-Timeout-Ms": "soon"})
     assert (status, headers["x-jevany-error-code"]) == (422, "invalid_request") and "milliseconds" in reply["detail"]
     status, headers, reply = post({"state": "x" * 70000, "questions": {"q": {"type": "noul"}}})
