@@ -7,7 +7,8 @@ sends one request's media at a time, kills this process when a check runs
 past its deadline, and starts another.
 
     supervisor → checker:  [tag, [[type, uri]...]]
-    checker → supervisor:  [HELLO] once connected, then [tag, ok, [[type, path]...] or message]
+    checker → supervisor:  [HELLO] once connected, then [tag, ok, [[type, path, stamp]...] or message]
+                           (stamp: size, mtime, inode, so the worker can tell the file did not change)
 """
 import argparse
 import json
@@ -20,7 +21,7 @@ import zmq
 
 from jevany_client.errors import InvalidRequestError
 
-from .policy import MediaPolicy
+from .policy import MediaPolicy, stamp
 
 HELLO = "hello"
 PARENT_CHECK_MS = 1000
@@ -57,7 +58,7 @@ def main(argv=None) -> int:
 
 def check(policy: MediaPolicy, items) -> tuple[bool, object]:
     try:
-        return True, [[kind, str(path)] for kind, path in policy.resolve(items)]
+        return True, [[kind, str(path), stamp(path)] for kind, path in policy.resolve(items)]
     except InvalidRequestError as exc:
         return False, exc.message
     except Exception:   # noqa: BLE001 - whatever a file did, the request gets a typed refusal

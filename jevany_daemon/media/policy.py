@@ -87,5 +87,21 @@ def _inside(root: Path, uri: str) -> Path:
     return path
 
 
+def stamp(path) -> list[int]:
+    """What says a file is still the one that was checked: size, modification time, inode."""
+    st = os.stat(path)
+    return [st.st_size, st.st_mtime_ns, st.st_ino]
+
+
+def unchanged(path, checked: list[int]) -> None:
+    """Refuse a file that changed since its check: its caps were checked on other bytes."""
+    try:
+        now = stamp(path)
+    except OSError:
+        now = None
+    if now != list(checked):
+        raise refused("media file changed after it was checked; send the request again")
+
+
 def refused(message: str) -> InvalidRequestError:
     return InvalidRequestError(message)

@@ -24,6 +24,7 @@ from jevany_client.protocol import decode_request
 
 from jevany_daemon.config import EngineConfig
 from jevany_daemon.engine.faults import DeviceLost
+from jevany_daemon.media.policy import unchanged
 
 from . import channel
 from .logs import configure_logging, event
@@ -105,7 +106,10 @@ def score(engine, items: list, early=None) -> list:
         try:
             body = decode_request(payload).body
             if media:     # the files as the supervisor's media checker resolved and checked them
-                body = {**body, "media": [{"type": kind, "uri": path} for kind, path in media]}
+                for _kind, path, *checked in media:
+                    if checked:
+                        unchanged(path, checked[0])    # swapped since the check: its caps no longer hold
+                body = {**body, "media": [{"type": item[0], "uri": item[1]} for item in media]}
             admitted.append(engine.admit(body, origin))
             tags.append(tag)
         except JevanyError as exc:

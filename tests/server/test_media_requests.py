@@ -180,3 +180,32 @@ def test_a_dead_checker_and_a_full_queue_never_lose_a_media_request(start_daemon
     assert sorted(r["id"] for r in replies) == [0, 1]                  # both answered once the checker runs
     assert {r["error"]["code"] for r in replies} == {"unsupported_media"}
     assert daemon.stop() == 0
+
+
+def test_a_file_swapped_after_its_check_is_refused(start_daemon, tmp_path):
+    root = tmp_path / "media"
+    root.mkdir()
+    Image.new("RGB", (32, 24)).save(root / "a.png")
+    daemon = start_daemon("--media-root", str(root), "--heartbeat-timeout", "60", readout="choice")
+    worker = daemon.workers()[0]["pid"]
+    os.kill(worker, signal.SIGSTOP)       # checked and handed over, but not yet read
+    try:
+        with daemon.client(timeout=60, retries=0) as client:
+            import threading
+
+            outcome = {}
+            asking = threading.Thread(target=lambda: outcome.update(
+                err=decide_error(client, with_media(("image", "a.png")))))
+            asking.start()
+            with daemon.client(timeout=30) as watcher:
+                wait_for(lambda: watcher.status()["workers"][0]["inflight"] == 1, 30, "the request at the worker")
+            Image.new("1", (5000, 5000)).save(root / "a.png")       # now a bomb the caps would refuse
+            os.kill(worker, signal.SIGCONT)
+            asking.join(60)
+    finally:
+        try:
+            os.kill(worker, signal.SIGCONT)
+        except ProcessLookupError:
+            pass
+    assert outcome["err"].message == "media file changed after it was checked; send the request again"
+    assert daemon.stop() == 0
