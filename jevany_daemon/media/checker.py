@@ -32,28 +32,46 @@ def main(argv=None) -> int:
     parser.add_argument("--endpoint", required=True)
     parser.add_argument("--identity", required=True)
     parser.add_argument("--settings", required=True, help="ServeSettings as JSON")
+    parser.add_argument("--parent", type=int, default=None,
+                        help="the supervisor's pid (given, since it may die before this process asks)")
     args = parser.parse_args(argv)
     # The supervisor stops this process; a Ctrl-C sent to the whole process group must not.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     policy = MediaPolicy.from_settings(json.loads(args.settings))
-    parent = os.getppid()
+    parent = os.getppid() if args.parent is None else args.parent
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.IDENTITY, args.identity.encode())
+    # A DEALER with no peer blocks on send: bounded, so a checker whose supervisor died
+    # mid-check goes on to notice it, instead of waiting forever to reply.
+    sock.setsockopt(zmq.SNDTIMEO, PARENT_CHECK_MS)
     sock.connect(args.endpoint)
-    sock.send(msgpack.packb([HELLO]))
     try:
+        if not reply(sock, [HELLO], parent):
+            return 0
         while True:
             if not sock.poll(PARENT_CHECK_MS):
                 if os.getppid() != parent:
                     return 0      # the supervisor is gone
                 continue
             tag, items = msgpack.unpackb(sock.recv(), raw=False)
-            sock.send(msgpack.packb([tag, *check(policy, items)]))
+            if not reply(sock, [tag, *check(policy, items)], parent):
+                return 0
     finally:
         sock.close()
         ctx.term()
+
+
+def reply(sock, message: list, parent: int) -> bool:
+    """Send, retrying while the supervisor lives; False once it is gone."""
+    while True:
+        try:
+            sock.send(msgpack.packb(message))
+            return True
+        except zmq.Again:
+            if os.getppid() != parent:
+                return False
 
 
 def check(policy: MediaPolicy, items) -> tuple[bool, object]:

@@ -5,12 +5,14 @@ here (not in the queue) while the checker process applies the media policy
 to it, one request at a time; text requests pass straight by. A check that
 runs past --media-check-timeout, or a checker that dies, costs that one
 request a typed refusal ("media file could not be validated"; a checker that
-died under a request gets one more try first) and the checker is started again (after a growing pause if it keeps dying before
-saying hello); the requests behind it go on to the new one. Nothing here
+died under a request gets one more try first) and the checker is started
+again (after a growing pause if it keeps dying before saying hello); the
+requests behind it go on to the new one. Nothing here
 waits: sends never block, and a killed checker is reaped on later turns.
 """
 import json
 import logging
+import os
 import signal
 import subprocess
 import sys
@@ -59,7 +61,8 @@ class MediaChecks:
     def _spawn(self) -> None:
         name = f"media.{next(self._serials)}"
         argv = [sys.executable, "-m", "jevany_daemon.media.checker", "--endpoint", self.endpoint,
-                "--identity", name, "--settings", json.dumps(self.settings.to_dict())]
+                "--identity", name, "--settings", json.dumps(self.settings.to_dict()),
+                "--parent", str(os.getpid())]
         self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
         self.expected, self.identity = name.encode(), None
         self.hello_by, self.next_start = self.clock() + HELLO_WITHIN_S, None
