@@ -161,9 +161,8 @@ class Heartbeat(threading.Thread):
             sock.close()
 
 
-def serve(sock, engine, batches: list) -> int:
-    """Score hand-overs until told to stop; returns the process's exit code."""
-    parent = os.getppid()
+def serve(sock, engine, batches: list, parent: int) -> int:
+    """Score hand-overs until told to stop, or until the supervisor (pid parent) is gone; the exit code."""
     while True:
         if not sock.poll(PARENT_CHECK_MS):
             if os.getppid() != parent:
@@ -207,7 +206,10 @@ def main(argv=None) -> int:
     parser.add_argument("--backend", required=True)
     parser.add_argument("--identity", required=True)
     parser.add_argument("--settings", required=True, help="ServeSettings as JSON")
+    parser.add_argument("--parent", type=int, default=None,
+                        help="the supervisor's pid: given, since it may die while this process loads the model")
     args = parser.parse_args(argv)
+    parent = os.getppid() if args.parent is None else args.parent
     # The supervisor decides when workers stop (after draining); a Ctrl-C sent
     # to the whole process group must not kill requests in flight.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -238,7 +240,7 @@ def main(argv=None) -> int:
                                              "load_s": round(time.monotonic() - started, 3),
                                              "device_info": device_info(engine)}))
     try:
-        return serve(sock, engine, batches)
+        return serve(sock, engine, batches, parent)
     finally:
         heartbeat.stopped.set()
         heartbeat.join()

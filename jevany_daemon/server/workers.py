@@ -132,7 +132,7 @@ def worker_launch(identity: str, backend: str, settings: dict, env=os.environ) -
     if view.cuda_visible is not None:
         worker_env["CUDA_VISIBLE_DEVICES"] = view.cuda_visible
     argv = [sys.executable, "-m", "jevany_daemon.server.worker", "--backend", backend, "--identity", identity,
-            "--settings", json.dumps({**settings, "device": view.device})]
+            "--settings", json.dumps({**settings, "device": view.device}), "--parent", str(os.getpid())]
     return argv, worker_env
 
 

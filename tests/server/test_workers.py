@@ -1,6 +1,7 @@
 """When a worker counts as hung, how its exit is told, what it is shown of the GPUs and what it reports
 (no processes: an injected clock, a fake Popen)."""
 import json
+import os
 import signal
 from types import SimpleNamespace
 
@@ -134,3 +135,28 @@ def test_the_supervisor_stores_what_workers_report():
     assert sup.model_description()["device"] == "cpu"       # the operator's name, not the worker's own
     sup.take_answers(worker, [], {"batches": 1, "device_info": {**H200, "memory_used_bytes": 1}}, [])
     assert worker.device_info["memory_used_bytes"] == 1 and worker.stats == {"batches": 1}
+
+
+def test_a_worker_whose_supervisor_died_while_it_loaded_exits(tiny_model, tmp_path):
+    # The supervisor names itself: a worker that asked for its parent after the parent died
+    # would wait, holding its model (and on a GPU, its memory), for ever.
+    import subprocess
+    import sys
+
+    from jevany_daemon.server.settings import resolve
+    from tests.media.test_checker import gone
+    from tests.server.daemons import wait_for
+
+    settings = resolve({"model": str(tiny_model("qwen3", "pointer")), "bind": (f"ipc://{tmp_path}/d.sock",),
+                        "control": ""}, None, env={}).worker_settings("cpu")
+    argv, _ = worker_launch("w0.1", f"ipc://{tmp_path}/nobody.sock", settings, {})
+    assert argv[argv.index("--parent") + 1] == str(os.getpid())
+    argv[argv.index("--parent") + 1] = "PARENT"
+    launch = (f"import os, subprocess, sys; argv = {argv!r}; argv[argv.index('PARENT')] = str(os.getpid()); "
+              "p = subprocess.Popen(argv); print(p.pid, flush=True); sys.stdin.read()")
+    parent = subprocess.Popen([sys.executable, "-c", launch], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                              text=True)
+    worker = int(parent.stdout.readline())
+    parent.kill()            # while the worker is still importing and loading
+    parent.wait(10)
+    wait_for(lambda: gone(worker), 120, "the orphaned worker exiting")
