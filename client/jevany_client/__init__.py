@@ -20,6 +20,7 @@ from .errors import (
     WorkerLostError,
     error_from_wire,
 )
+from .bodies import decide_body
 from .endpoints import default_control_endpoint, default_endpoint
 from .protocol import PROTOCOL_VERSION
 from .questions import Choice, Image, Noul, Score, Video, questions_to_wire
@@ -27,6 +28,7 @@ from .schema import DecisionRequest, Media, Question, parse_decision
 
 __all__ = [
     "ERROR_CLASSES",
+    "AsyncJevClient",
     "PROTOCOL_VERSION",
     "Choice",
     "ContextLengthError",
@@ -61,19 +63,21 @@ __all__ = [
     "questions_to_wire",
 ]
 
-# The client pulls in pyzmq; it loads on first use so the protocol and schema
-# stay cheap to import (the daemon's workers import them too).
-_LAZY = ("JevClient", "decide_body")
+# The clients pull in pyzmq (and asyncio); each loads on first use so the
+# protocol and schema stay cheap to import (the daemon's workers import them too).
+_LAZY = ("AsyncJevClient", "JevClient")
 
 
 def __getattr__(name: str):
-    if name in _LAZY:
-        from . import client
-
-        value = getattr(client, name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    # Plain import statements, not importlib, so `python -X importtime` still times them.
+    if name == "JevClient":
+        from .client import JevClient as value
+    elif name == "AsyncJevClient":
+        from .async_client import AsyncJevClient as value
+    else:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    globals()[name] = value
+    return value
 
 
 def __dir__() -> list[str]:

@@ -39,3 +39,23 @@ def ipc_path(endpoint: str) -> Path | None:
     if not path or path.startswith("@"):
         return None
     return Path(path)
+
+
+def endpoint_list(endpoint: str | list[str] | tuple[str, ...] | None) -> list[str]:
+    """A client's endpoints: the one given, each of a list, or the default one."""
+    if endpoint is None:
+        return [default_endpoint()]
+    endpoints = [endpoint] if isinstance(endpoint, str) else list(endpoint)
+    if not endpoints or not all(isinstance(e, str) and e for e in endpoints):
+        raise ValueError(f"endpoint must be a non-empty str or list of them, got {endpoint!r}")
+    return endpoints
+
+
+def missing_sockets(endpoints: list[str]) -> str | None:
+    """Why no daemon can answer, when every endpoint is an ipc socket file that does not exist."""
+    paths = [ipc_path(e) for e in endpoints]
+    if not paths or any(p is None or p.exists() for p in paths):
+        return None
+    where = ", ".join(str(p) for p in paths)
+    return (f"no daemon at {where}: no socket file there (is the daemon running, and bound there? "
+            f"the default endpoint is {default_endpoint()})")

@@ -7,11 +7,19 @@
   "slow"                       the echo, 1 s late
   {"delay": S, ...}            the echo, S seconds late
   {"group": G, "size": N, ...} held until N requests of group G arrived, then
-                               all answered newest first
+                               all answered newest first ("oldest_first": true:
+                               in arrival order); status "held" counts them
   anything else                the echo, at once
 Late replies wait in a heap of due times and the poll timeout is the time to
 the next one, so one slow request never holds up the others. Every reply
-result carries "order": how many replies this daemon had sent before it.
+result carries "order": how many replies this daemon had sent before it, and
+a decide result "peer": the hex ROUTER identity of the socket that sent it.
+A control op whose body is {"error": CODE} gets the error reply for CODE.
+Two more `decide` states:
+  {"record": K, "error": CODE} the error reply for CODE; the arrival time is
+                               kept, and status "arrivals" lists them by K
+  {"duplicate_after": S, ...}  the echo at once, and the same reply again S
+                               seconds later
 """
 
 import argparse
@@ -44,6 +52,7 @@ class FakeDaemon:
         self.sent = 0
         self.ok = 0
         self.errors: dict[str, int] = {}
+        self.arrivals: dict[str, list[float]] = {}   # recorded requests' arrival times, by key
 
     def _bind(self, endpoint: str, is_control: bool = False) -> str:
         sock = self.context.socket(zmq.ROUTER)
@@ -115,6 +124,9 @@ class FakeDaemon:
         self.reply_ok(sock, envelope, request.id, {"models": [model]})
 
     def op_clear_cache(self, sock, envelope, request) -> None:
+        code = (request.body or {}).get("error")
+        if code is not None:
+            return self.reply_error(sock, envelope, request.id, fake_error(code))
         self.reply_ok(sock, envelope, request.id, {"op": request.op, "server": self.name})
 
     op_drain = op_reload = op_clear_cache
@@ -122,6 +134,9 @@ class FakeDaemon:
     def op_decide(self, sock, envelope, request) -> None:
         state = request.body.get("state")
         rid = request.id
+        if isinstance(state, dict) and "record" in state:
+            self.arrivals.setdefault(state["record"], []).append(time.monotonic())
+            return self.reply_error(sock, envelope, rid, fake_error(state["error"]))
         if isinstance(state, str) and state.startswith("error:"):
             return self.reply_error(sock, envelope, rid, fake_error(state[len("error:"):]))
         result = {"model": "fake-tiny", "answers": {}, "latency_ms": 0.0,
@@ -129,9 +144,12 @@ class FakeDaemon:
                   "batch": {"size": 1, "padded_tokens": 0},
                   "state": state, "questions": request.body.get("questions"), "media": request.body.get("media"),
                   "server": self.name,
-                  "pid": os.getpid()}
+                  "pid": os.getpid(), "peer": envelope[0].hex()}
         if isinstance(state, dict) and "group" in state:
             return self.hold(sock, envelope, rid, result, state)
+        if isinstance(state, dict) and "duplicate_after" in state:
+            due = time.monotonic() + state["duplicate_after"]
+            heapq.heappush(self.due, (due, next(self.tie), sock, envelope, rid, result))
         delay = state.get("delay", 0) if isinstance(state, dict) else SLOW_S * (state == "slow")
         if delay:
             due = time.monotonic() + delay
@@ -144,7 +162,7 @@ class FakeDaemon:
         held.append((sock, envelope, rid, result))
         if len(held) >= state["size"]:
             del self.groups[state["group"]]
-            for args in reversed(held):
+            for args in (held if state.get("oldest_first") else reversed(held)):
                 self.reply_ok(*args)
 
     def status(self) -> dict:
@@ -165,6 +183,8 @@ class FakeDaemon:
                          "by_error_code": dict(self.errors)},
             "latency_ms": {"p50": 1.25, "p99": 9.5},
             "server": self.name,
+            "held": {group: len(held) for group, held in self.groups.items()},
+            "arrivals": self.arrivals,
         }
 
 

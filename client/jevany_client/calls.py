@@ -1,0 +1,250 @@
+"""What JevClient and AsyncJevClient share: options, request ids, the socket, and one call's tries.
+
+A call's tries (send, collect, wait a jittered pause, send the retryable
+failures again under new ids) are written once, as a generator of steps that
+each client carries out its own way, blocking or awaited:
+
+    Exchange   send these requests; the client answers {id: result map or JevanyError}
+    Pause      sleep this long; the client answers None
+    ASK_LIMIT  the daemon's max_message_bytes; the client answers it, or None
+
+The generator returns the outcomes in request order.
+"""
+
+import itertools
+import math
+import random
+import secrets
+import time
+from collections.abc import Generator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import zmq
+
+from .endpoints import endpoint_list, missing_sockets
+from .errors import InvalidRequestError, JevanyError, JevTimeoutError, JevUnreachableError, error_from_wire
+from .keys import curve_keys
+from .protocol import decode_reply, encode_request
+
+# Ops that change nothing on the daemon, so sending one again is harmless.
+IDEMPOTENT = frozenset({"decide", "ping", "status", "models"})
+# A message this big is first checked against the daemon's own size limit.
+LARGE_MESSAGE_BYTES = 64 << 10
+BACKOFF_FIRST_S = 0.05
+BACKOFF_MAX_S = 1.0
+# Sends wait (within the call's timeout) once this many messages are queued
+# towards the daemon, instead of growing memory without bound.
+_SEND_HWM = 10_000
+# ZeroMQ heartbeats find a daemon whose host vanished without closing the connection.
+_HEARTBEAT_IVL_MS = 2_000
+_HEARTBEAT_TIMEOUT_MS = 10_000
+
+REMAINING = object()   # timeout_ms: tell the daemon how long this call has left
+ASK_LIMIT = object()
+
+
+@dataclass(frozen=True)
+class Exchange:
+    op: str
+    requests: list[tuple[str, bytes]]    # (id, payload), in sending order
+    wait: float | None                   # how long this round may take; None: no limit
+    told: float | None                   # the call's whole timeout, which a timeout message names
+    resends: int                         # times a request may go again when a connection drops
+
+
+@dataclass(frozen=True)
+class Pause:
+    seconds: float
+
+
+class ClientOptions:
+    """The options, ids and counters both clients keep; each subclass owns its socket."""
+
+    def __init__(
+        self,
+        endpoint: str | Sequence[str] | None,
+        timeout: float | None,
+        retries: int,
+        server_public_key,
+        client_secret_key_file,
+        client_public_key,
+        client_secret_key,
+    ) -> None:
+        self.endpoints = endpoint_list(endpoint)
+        self.timeout = check_timeout(timeout)
+        if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+            raise ValueError(f"retries must be an integer >= 0, got {retries!r}")
+        self.retries = retries
+        self._curve = curve_keys(
+            server_public_key, client_secret_key_file, client_public_key, client_secret_key
+        )
+        self._message_limit: int | None = None    # the daemon's, asked when a message is large
+        self._new_id_space()
+        self.discarded = 0  # replies dropped because no call awaited them
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.endpoints!r}, timeout={self.timeout!r})"
+
+    def _new_id_space(self) -> None:
+        self._prefix = secrets.token_hex(6)
+        self._counter = itertools.count(1)
+
+    def _next_id(self) -> str:
+        return f"{self._prefix}-{next(self._counter)}"
+
+    def _wait(self, timeout: float | None) -> float | None:
+        return self.timeout if timeout is None else check_timeout(timeout)
+
+    def _learn_limit(self, status: Any) -> int | None:
+        """Keep the daemon's max_message_bytes from its status result; None when it has none."""
+        try:
+            self._message_limit = int(status["max_message_bytes"])
+        except (KeyError, TypeError, ValueError):
+            return None      # send it anyway: the reply, or its absence, says the rest
+        return self._message_limit
+
+    def _tries(
+        self, op: str, bodies: list, wait: float | None, timeout_ms, raise_unsendable: bool
+    ) -> Generator[Any, Any, list]:
+        """Send every body, then again (new ids, after a pause) those that failed retryably.
+
+        timeout_ms is sent as given, or REMAINING: the time this call has left.
+        """
+        deadline = None if wait is None else time.monotonic() + wait
+        outcomes: list[Any] = [None] * len(bodies)
+        missing = missing_sockets(self.endpoints)
+        if missing:
+            # Waiting the whole timeout for a socket file that is not there helps nobody.
+            return [JevUnreachableError(missing)] * len(bodies)
+        todo = list(range(len(bodies)))
+        for attempt in itertools.count():
+            left = _left(deadline)
+            sendable, slot = [], {}
+            for i in todo:
+                rid = self._next_id()
+                try:
+                    payload = yield from self._encode(rid, op, bodies[i], _daemon_ms(timeout_ms, left))
+                    sendable.append((rid, payload))
+                    slot[rid] = i
+                except JevanyError as err:
+                    if raise_unsendable and attempt == 0:
+                        raise  # nothing has been sent yet
+                    outcomes[i] = err
+            if sendable:
+                resends = self.retries if op in IDEMPOTENT else 0
+                replies = yield Exchange(op, sendable, left, wait, resends)
+                for rid, outcome in replies.items():
+                    outcomes[slot[rid]] = outcome
+            todo = [i for i in slot.values() if worth_retrying(outcomes[i])]
+            if not todo or op not in IDEMPOTENT or attempt >= self.retries:
+                return outcomes
+            pause = backoff(attempt)
+            if deadline is not None and time.monotonic() + pause >= deadline:
+                return outcomes
+            yield Pause(pause)
+
+    def _encode(self, rid: str, op: str, body: Any, timeout_ms: int | None) -> Generator[Any, Any, bytes]:
+        try:
+            payload = encode_request(rid, op, body, timeout_ms)
+        except (TypeError, ValueError, OverflowError) as exc:
+            # msgpack's own errors for values it cannot carry (sets, huge ints, bad text).
+            raise InvalidRequestError(f"{op} body cannot be sent: {exc}", request_id=rid) from exc
+        if len(payload) > LARGE_MESSAGE_BYTES:
+            limit = self._message_limit if self._message_limit is not None else (yield ASK_LIMIT)
+            if limit is not None and len(payload) > limit:
+                # ZeroMQ drops a message over the daemon's limit with no reply at all: the
+                # caller would only see a timeout that looks like a dead daemon.
+                raise InvalidRequestError(
+                    f"the {op} request is {len(payload):,} bytes; the daemon at {', '.join(self.endpoints)} "
+                    f"accepts at most {limit:,} (its --max-message-bytes, JEVANY_MAX_MESSAGE_BYTES)",
+                    request_id=rid)
+        return payload
+
+
+def read_reply(payload: bytes) -> tuple[str | int | None, Any]:
+    """A reply's id and what it brings: its result map, or its typed error."""
+    try:
+        reply = decode_reply(payload)
+    except JevanyError as err:
+        return err.request_id, err
+    rid = reply["id"]
+    if reply["ok"]:
+        return rid, reply["result"]
+    return rid, error_from_wire(reply["error"], request_id=rid)
+
+
+def timeout_error(
+    step: Exchange, where: str, rid: str, sent: bool, unattributed: JevanyError | None
+) -> JevTimeoutError:
+    """What a request gets when its reply did not come within the call's time."""
+    if not sent:
+        message = f"daemon not reachable at {where} within {step.told:g}s; the {step.op} request was not sent"
+    else:
+        message = f"no reply to {step.op} from {where} within {step.told:g}s"
+        if unattributed is not None:
+            message += (f" (a reply without a usable id also came: "
+                        f"{unattributed.code}: {unattributed.message})")
+    return JevTimeoutError(message, request_id=rid, sent=sent)
+
+
+def raise_first_error(results: list) -> None:
+    for result in results:
+        if isinstance(result, JevanyError):
+            raise result
+
+
+def connect(context: zmq.Context, endpoints: list[str], curve: tuple | None) -> zmq.Socket:
+    """A DEALER connected to every endpoint (an asyncio context gives an asyncio socket)."""
+    sock = context.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    if curve is not None:
+        sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = curve
+    # Queue requests only on completed connections: a daemon that is down then
+    # holds none of them, and with several endpoints the live ones take the load.
+    sock.setsockopt(zmq.IMMEDIATE, 1)
+    sock.setsockopt(zmq.SNDHWM, _SEND_HWM)
+    # Replies are bounded by the requests this client sent; a receive limit would
+    # only make the daemon's ROUTER drop replies silently.
+    sock.setsockopt(zmq.RCVHWM, 0)
+    sock.setsockopt(zmq.HEARTBEAT_IVL, _HEARTBEAT_IVL_MS)
+    sock.setsockopt(zmq.HEARTBEAT_TIMEOUT, _HEARTBEAT_TIMEOUT_MS)
+    for endpoint in endpoints:
+        try:
+            sock.connect(endpoint)
+        except zmq.ZMQError as exc:
+            sock.close(linger=0)
+            raise ValueError(f"cannot connect to {endpoint!r}: {exc}") from exc
+    return sock
+
+
+def check_timeout(timeout: float | None) -> float | None:
+    number = isinstance(timeout, (int, float)) and not isinstance(timeout, bool)
+    if timeout is not None and not (number and 0 < timeout < math.inf):
+        raise ValueError(f"timeout must be a positive number of seconds or None, got {timeout!r}")
+    return timeout
+
+
+def worth_retrying(outcome: Any) -> bool:
+    # A timeout has spent the call's time already; anything else the daemon calls retryable is.
+    if isinstance(outcome, JevTimeoutError):
+        return False
+    return isinstance(outcome, JevanyError) and outcome.retryable
+
+
+def backoff(attempt: int) -> float:
+    # Jittered, so a fleet of clients turned away together does not come back together.
+    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2**attempt) * random.uniform(0.5, 1.0)
+
+
+def _daemon_ms(timeout_ms, left: float | None) -> int | None:
+    if timeout_ms is REMAINING:
+        return None if left is None else math.ceil(left * 1000)
+    return timeout_ms
+
+
+def _left(deadline: float | None) -> float | None:
+    if deadline is None:
+        return None
+    return max(deadline - time.monotonic(), 0.001)
+
