@@ -395,6 +395,9 @@ class Supervisor:
             result = handler(sock, envelope, request, received, payload)
         except JevanyError as exc:
             self.record(request.op, exc.code, transport=self.transport(sock))
+            if request.op == "decide" and self.settings.log_requests:
+                # Refused before it was queued (overloaded, shutting_down, a bad body): still one line.
+                event(log, "request", id=request.id, outcome=exc.code)
             self.send(sock, envelope, error_reply(request.id, exc))
             return
         if result is not None:
