@@ -6,6 +6,12 @@ must never import torch), attention then checks the directory on every call:
 a trigger file present is removed and its fault raised, so each trigger fires
 exactly once, in whichever worker gets there first. A trigger's content, if
 any, is the least batch size it fires on.
+
+Two more triggers act when a worker process starts, before it loads the
+model, and stay until the test removes them, so they hold for every worker
+started meanwhile: "exit_before_load" makes the worker exit 1 at once (a
+replacement or a reload's worker that dies before loading), "hold_before_load"
+makes it wait there until the file is gone (a reload kept in progress).
 """
 import os
 import sys
@@ -13,6 +19,13 @@ import sys
 _DIR = os.environ.get("JEVANY_TEST_FAULT_DIR")
 
 if _DIR and sys.orig_argv[1:3] == ["-m", "jevany_daemon.server.worker"]:
+    import time
+
+    if os.path.exists(os.path.join(_DIR, "exit_before_load")):
+        os._exit(1)
+    while os.path.exists(os.path.join(_DIR, "hold_before_load")):
+        time.sleep(0.05)    # a worker held on purpose; the test removes the file to let it load
+
     import torch
     import torch.nn.functional as F
 
@@ -20,6 +33,8 @@ if _DIR and sys.orig_argv[1:3] == ["-m", "jevany_daemon.server.worker"]:
         # What CUDA raises after a kernel fault: the context is unusable from then on.
         "poison": lambda: torch.AcceleratorError("CUDA error: an illegal memory access was encountered"),
         "oom": lambda: torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB"),
+        # Neither a device loss nor out-of-memory: a failure that belongs to the request alone.
+        "fail": lambda: RuntimeError("injected scoring failure"),
     }
     _real = F.scaled_dot_product_attention
 

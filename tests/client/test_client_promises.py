@@ -1,0 +1,56 @@
+"""JevClient's promises about replies and retries, seen from the fake daemon's side of the socket:
+a duplicate reply is dropped, a control op is sent once, and retry pauses double from 50 ms."""
+import itertools
+import os
+
+import pytest
+
+from jevany_client import JevClient, Noul, OverloadedError, ShuttingDownError
+
+QUESTIONS = {"ok": Noul()}
+_keys = itertools.count()
+
+
+def fake_status(daemon) -> dict:
+    with JevClient(daemon.endpoint, timeout=5.0) as client:
+        return client.status()
+
+
+def test_a_duplicate_reply_is_discarded_never_handed_to_the_next_call(daemon):
+    with JevClient(daemon.endpoint, timeout=10.0, retries=0) as client:
+        first = client.decide({"duplicate_after": 0.2, "n": 1}, QUESTIONS)
+        # the duplicate of the first reply comes while this call waits for its own
+        second = client.decide({"delay": 0.6, "n": 2}, QUESTIONS)
+        bodies = [{"duplicate_after": 0, "n": n} for n in (3, 4, 5)]
+        many = client.decide_many([{"state": b, "questions": {"ok": {"type": "noul"}}} for b in bodies])
+        last = client.decide("plain", QUESTIONS)
+    assert first["state"]["n"] == 1 and second["state"]["n"] == 2
+    assert second["order"] == first["order"] + 2          # the duplicate went out between the two replies
+    assert [r["state"]["n"] for r in many] == [3, 4, 5]
+    assert last["state"] == "plain"
+
+
+@pytest.mark.parametrize("op,code,error", [("reload", "overloaded", OverloadedError),
+                                           ("drain", "shutting_down", ShuttingDownError),
+                                           ("clear_cache", "overloaded", OverloadedError)])
+def test_control_ops_are_sent_once_even_when_the_error_is_retryable(daemon, op, code, error):
+    before = fake_status(daemon)["requests"]["by_error_code"].get(code, 0)
+    with JevClient(daemon.control, timeout=10.0, retries=3) as control:
+        with pytest.raises(error) as err:
+            control.call(op, {"error": code})
+        assert err.value.retryable
+    assert fake_status(daemon)["requests"]["by_error_code"][code] == before + 1
+
+
+def test_retry_pauses_double_from_50_ms(daemon):
+    key = f"backoff-{os.getpid()}-{next(_keys)}"
+    with JevClient(daemon.endpoint, timeout=30.0, retries=4) as client:
+        with pytest.raises(OverloadedError):
+            client.decide({"record": key, "error": "overloaded"}, QUESTIONS)
+    arrivals = fake_status(daemon)["arrivals"][key]
+    assert len(arrivals) == 5                                # the first try and four retries
+    gaps = [b - a for a, b in zip(arrivals, arrivals[1:])]
+    # Pause k is 50 ms x 2^k, jittered down to half at most; a gap also holds a round trip, so
+    # only the lower bounds are certain (a sleep never ends early).
+    for k, gap in enumerate(gaps):
+        assert gap >= 0.05 * 2**k * 0.5, (k, gaps)
