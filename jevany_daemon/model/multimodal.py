@@ -50,8 +50,10 @@ def load_processor(location: str, tokenizer, revision: str | None = None):
     relies on hold on both paths; the processor takes its placeholder ids from
     it. transformers' Qwen-VL video processor runs only on torchvision, and the
     processor will not even be built without it: a host without torchvision
-    gets the processor's image half alone (Pillow's image processor), and
-    serves images only. Raises ImportError without Pillow.
+    gets the processor's image half (Pillow's image processor) beside our
+    torch-only twin of its video half (qwen_video.py), or, where the
+    checkpoint's video settings are beyond that twin, images alone. Raises
+    ImportError without Pillow.
     """
     from transformers import AutoImageProcessor, AutoProcessor
 
@@ -59,7 +61,10 @@ def load_processor(location: str, tokenizer, revision: str | None = None):
         raise ImportError("media need Pillow (install the multimodal extra)")
     if not _installed("torchvision"):
         images = AutoImageProcessor.from_pretrained(location, revision=revision)
-        return _image_only_processor()(images, tokenizer, chat_template=tokenizer.chat_template)
+        videos, why = _torch_video_processor(location, revision)
+        processor = _torchvision_free_processor()(images, tokenizer, videos, chat_template=tokenizer.chat_template)
+        processor.video_unavailable = why
+        return processor
     loaded = AutoProcessor.from_pretrained(location, revision=revision)
     parts = {name: getattr(loaded, name) for name in loaded.get_attributes()}
     return type(loaded)(**(parts | {"tokenizer": tokenizer}), chat_template=loaded.chat_template)
@@ -69,17 +74,37 @@ def _installed(package: str) -> bool:
     return importlib.util.find_spec(package) is not None
 
 
+def _torch_video_processor(location: str, revision: str | None):
+    """(the checkpoint's video processor on torch alone, None), or (None, why there is none)."""
+    from . import qwen_video
+
+    try:
+        return qwen_video.load(location, revision), None
+    except (qwen_video.UnsupportedVideoConfig, OSError) as exc:
+        return None, f"{exc} (transformers' video processor needs torchvision)"
+
+
 @functools.cache
-def _image_only_processor():
+def _torchvision_free_processor():
     from transformers import Qwen3VLProcessor
 
-    class Qwen3VLImageProcessor(Qwen3VLProcessor):
-        """Qwen3VLProcessor without its video half: its sub-processors are those __init__ names."""
+    from .qwen_video import processor_class
 
-        def __init__(self, image_processor=None, tokenizer=None, chat_template=None, **kwargs):
-            super().__init__(image_processor, tokenizer, None, chat_template=chat_template, **kwargs)
+    torch_videos = processor_class()
 
-    return Qwen3VLImageProcessor
+    class Qwen3VLProcessorOnTorch(Qwen3VLProcessor):
+        """Qwen3VLProcessor over our torch-only video processor, or over none (images only).
+
+        transformers checks a video processor against its video base class,
+        which it names only where torchvision is installed.
+        """
+
+        def check_argument_for_proper_class(self, argument_name, argument):
+            if argument_name == "video_processor" and (argument is None or isinstance(argument, torch_videos)):
+                return torch_videos
+            return super().check_argument_for_proper_class(argument_name, argument)
+
+    return Qwen3VLProcessorOnTorch
 
 
 def media_types(processor) -> tuple[str, ...]:
@@ -90,8 +115,8 @@ def media_types(processor) -> tuple[str, ...]:
 def unavailable(processor, kind: str) -> str | None:
     """Why this host cannot encode KIND with this processor, or None when it can."""
     if getattr(processor, f"{kind}_processor", None) is None:
-        needs = " (transformers' needs torchvision)" if kind == "video" else ""
-        return f"{kind}: the processor has no {kind} processor{needs}"
+        why = getattr(processor, f"{kind}_unavailable", None) or f"the processor has no {kind} processor"
+        return f"{kind}: {why}"
     if not _installed(DECODERS[kind]):
         return f"{kind}: {DECODER_NAMES[kind]} is not installed"
     return None
@@ -172,7 +197,11 @@ def _media_inputs(model, media: Sequence[tuple[str, str | Path]]) -> dict:
     kwargs = {}
     if videos:
         kwargs = dict(videos=[v for v, _ in videos], video_metadata=[m for _, m in videos], do_sample_frames=False)
-    encoded = processor(text=[text], images=images or None, return_tensors="pt", **kwargs)
+    try:
+        encoded = processor(text=[text], images=images or None, return_tensors="pt", **kwargs)
+    except ValueError as exc:
+        # Qwen-VL's resize refuses what it cannot fit to a grid (an aspect ratio past 200): the file's fault.
+        raise MediaError(f"media could not be encoded: {exc}") from exc
     encoded.pop("attention_mask", None)
     return dict(encoded)
 

@@ -5,8 +5,8 @@ on a CPU takes milliseconds: 8-pixel patches merged 2 x 2, images of 32 x 32
 to 64 x 64 pixels, videos sampled at 2 frames a second, 2 to 8 frames.
 The processor is transformers' own (Qwen3VLProcessor over a Qwen2-VL image
 processor and a Qwen3-VL video processor, as real Qwen3.5 checkpoints ship),
-so the media path under test is the one a real checkpoint takes. Nothing is
-downloaded.
+so the media path under test is the one a real checkpoint takes, with or
+without torchvision. Nothing is downloaded.
 """
 from __future__ import annotations
 
@@ -75,7 +75,8 @@ def build_processors():
 
     The image processor is the Pillow one (no torchvision needed); the video
     processor is transformers' only one for Qwen-VL, which needs torchvision
-    to run but not to be built and saved.
+    to run but not to be built and saved (where torchvision is missing, its
+    saved settings load into qwen_video.py's torch-only twin).
     """
     from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
     from transformers.models.qwen3_vl.video_processing_qwen3_vl import Qwen3VLVideoProcessor
@@ -94,7 +95,8 @@ def save_processor(directory: Path, tokenizer) -> None:
     Written from its parts, in the layout Qwen3VLProcessor.save_pretrained
     writes, because the processor itself cannot be constructed where
     torchvision is missing (it type-checks its video processor against
-    transformers' torchvision-only registry); loading copes (multimodal.py).
+    transformers' torchvision-only registry); loading copes (multimodal.py
+    builds it over the torch-only video processor).
     """
     import json
 

@@ -1,12 +1,13 @@
 """The media policy: every path rule and cap with JevAny's message, on files made in the test."""
 import os
 import sys
-from fractions import Fraction
 
 import pytest
 
 from jevany_client.errors import InvalidRequestError
 from jevany_daemon.media.policy import MediaPolicy
+
+from .clips import steps, write_clip
 
 av = pytest.importorskip("av")
 Image = pytest.importorskip("PIL.Image")
@@ -18,16 +19,7 @@ def image(path, size=(32, 24), fmt="PNG", mode="RGB"):
 
 
 def video(path, frames=6, size=(32, 32), container="mp4", codec="mpeg4"):
-    with av.open(str(path), "w", format=container) as out:
-        stream = out.add_stream(codec, rate=Fraction(6, 1))
-        stream.width, stream.height, stream.pix_fmt = size[0], size[1], "yuv420p"
-        for i in range(frames):
-            frame = av.VideoFrame.from_image(Image.new("RGB", size, color=(i * 30, 0, 0)))
-            for packet in stream.encode(frame):
-                out.mux(packet)
-        for packet in stream.encode():
-            out.mux(packet)
-    return path
+    return write_clip(path, steps(frames, size, colour=(1, 0, 0)), fps=6, container=container, codec=codec)
 
 
 def audio_only(path):

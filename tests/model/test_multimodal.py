@@ -2,6 +2,7 @@
 
 Media files are made here (Pillow, PyAV), never committed.
 """
+import importlib.util
 import json
 
 import pytest
@@ -22,6 +23,7 @@ from jevany_daemon.model.tiny_vision import (  # noqa: E402
     VIDEO_TOKEN,
     build_processors,
 )
+from tests.media.clips import gradients, steps, write_clip  # noqa: E402
 
 HIDDEN = 256
 PROMPT = "<|jev_state|>order 66 arrived late<|jev_question|>refund?<|jev_decide|>"
@@ -52,19 +54,7 @@ def image_file(tmp_path_factory):
 
 def write_video(path, frames: int, fps: int = 4):
     """An MPEG-4 clip of 32 x 32 grey frames, frame i of brightness 30 i."""
-    av = pytest.importorskip("av")
-    import numpy as np
-
-    with av.open(str(path), "w") as container:
-        stream = container.add_stream("mpeg4", rate=fps)
-        stream.width, stream.height, stream.pix_fmt = 32, 32, "yuv420p"
-        for i in range(frames):
-            pixels = np.full((32, 32, 3), i * 30, dtype=np.uint8)
-            for packet in stream.encode(av.VideoFrame.from_ndarray(pixels, format="rgb24")):
-                container.mux(packet)
-        for packet in stream.encode():
-            container.mux(packet)
-    return path
+    return write_clip(path, steps(frames), fps=fps)
 
 
 @pytest.fixture(scope="module")
@@ -179,8 +169,13 @@ def test_video_forward(loaded, video_file):
     out = media_hidden_states(model, PROMPT, [("video", video_file)])
     assert out.hidden.shape[:2] == out.input_ids.shape and out.hidden.shape[-1] == HIDDEN
     assert torch.isfinite(out.hidden).all()
+    # 4 frames sampled (2 a second), 32 x 32 (within the tiny bounds, so not resized): 2 temporal
+    # patches of 4 x 4 patches, each merged 2 x 2 into 4 placeholders, every one behind its
+    # timestamp, the middle of its frames (0 and 0.5 s, 1.25 and 1.75 s).
     video_id = model.tokenizer.convert_tokens_to_ids(VIDEO_TOKEN)
-    assert int((out.input_ids == video_id).sum()) > 0
+    assert int((out.input_ids == video_id).sum()) == 2 * (32 // PATCH_SIZE) ** 2 // MERGE_SIZE ** 2
+    text = model.tokenizer.decode(out.input_ids[0, :out.prompt_start])
+    assert "<0.2 seconds>" in text and "<1.5 seconds>" in text
     assert torch.equal(out.hidden, media_hidden_states(model, PROMPT, [("video", video_file)]).hidden)
 
 
@@ -230,6 +225,14 @@ def test_refuses_what_it_cannot_read(loaded, image_file, tmp_path):
         media_hidden_states(model, PROMPT, [("image", broken)])
     with pytest.raises(ValueError, match="placeholder"):
         media_hidden_states(model, f"look {IMAGE_TOKEN}", [("image", image_file)])
+    # Qwen-VL fits media to a grid no flatter than 200:1; a file past that is the caller's error.
+    from PIL import Image
+
+    Image.new("RGB", (4000, 16)).save(tmp_path / "thin.png")
+    thin_video = write_clip(tmp_path / "thin.mp4", gradients(2, 16, 4000))
+    for kind, path in (("image", tmp_path / "thin.png"), ("video", thin_video)):
+        with pytest.raises(MediaError, match="aspect ratio"):
+            media_hidden_states(model, PROMPT, [(kind, path)])
 
 
 def test_multimodal_flag_on_a_text_base_is_refused(tiny_model, tmp_path):
@@ -252,6 +255,7 @@ def test_cli_builds_a_multimodal_model(tmp_path):
     assert "multimodal" in result.output
     assert read_meta(out).multimodal
     assert json.loads((out / "base" / "config.json").read_text())["model_type"] == "qwen3_5"
+    assert load_model(str(out), media=True).media_types == ("image", "video")    # with or without torchvision
     refused = runner.invoke(app, ["tiny-model", str(tmp_path / "n"), "--arch", "qwen3", "--multimodal"])
     assert refused.exit_code == 2 and not (tmp_path / "n").exists()
 
@@ -281,7 +285,9 @@ def test_the_engine_checks_media_in_jevanys_order_and_never_drops_it(loaded):
 
 
 @pytest.mark.parametrize("readout", ["choice", "pointer"])
-def test_a_media_request_is_scored_alone_through_the_vision_tower(loaded, image_file, readout, tmp_path):
+@pytest.mark.parametrize("kind", ["image", "video"])
+def test_a_media_request_is_scored_alone_through_the_vision_tower(loaded, image_file, video_file, kind, readout,
+                                                                  tmp_path):
     from PIL import Image
 
     from jevany_client.errors import InvalidRequestError
@@ -291,10 +297,14 @@ def test_a_media_request_is_scored_alone_through_the_vision_tower(loaded, image_
     engine = Engine(loaded[readout], EngineConfig(max_batch_size=8))
     question = {"q": {"type": "choice", "criteria": {"cat": None, "dog": None, "bird": None}}}
     text = {"state": "what is in the picture?", "questions": question}
-    other = tmp_path / "other.png"
-    Image.new("RGB", (64, 64), color=(250, 250, 0)).save(other)
-    with_image = {**text, "media": [{"type": "image", "uri": str(image_file)}]}
-    bodies = [text, with_image, {**text, "media": [{"type": "image", "uri": str(other)}]}, text]
+    if kind == "image":
+        media, other = image_file, tmp_path / "other.png"
+        Image.new("RGB", (64, 64), color=(250, 250, 0)).save(other)
+    else:
+        # the same length, rate and size as video_file, so only the pixels differ
+        media, other = video_file, write_clip(tmp_path / "other.mp4", gradients(8, 32, 32), fps=4)
+    with_media = {**text, "media": [{"type": kind, "uri": str(media)}]}
+    bodies = [text, with_media, {**text, "media": [{"type": kind, "uri": str(other)}]}, text]
     results = engine.score([engine.admit(body) for body in bodies])
     plain, seen, seen_other, plain_again = (r["answers"]["q"]["probabilities"] for r in results)
     assert all(abs(plain[k] - plain_again[k]) <= 1e-5 for k in plain)   # text batches as before
@@ -302,8 +312,44 @@ def test_a_media_request_is_scored_alone_through_the_vision_tower(loaded, image_
         assert abs(sum(p.values()) - 1) < 1e-5 and all(0 <= v <= 1 for v in p.values())
     assert seen != plain and seen != seen_other          # the pixels reached the readout
     assert results[1]["batch"]["size"] == 1              # scored alone
-    assert engine.decide(with_image)["answers"]["q"]["probabilities"] == seen   # and the same again
+    assert engine.decide(with_media)["answers"]["q"]["probabilities"] == seen   # and the same again
     with pytest.raises(InvalidRequestError, match="could not be validated"):
-        broken = tmp_path / "broken.png"
-        broken.write_bytes(b"not a png")
-        engine.decide({**text, "media": [{"type": "image", "uri": str(broken)}]})
+        broken = tmp_path / f"broken{media.suffix}"
+        broken.write_bytes(b"not a media file")
+        engine.decide({**text, "media": [{"type": kind, "uri": str(broken)}]})
+
+
+def test_a_plain_directory_with_a_video_preprocessor_config_serves_video_by_its_settings(built, tmp_path,
+                                                                                          video_file):
+    # The layout of a Qwen3.5 checkpoint: preprocessor_config.json and video_preprocessor_config.json,
+    # no nested processor_config.json. Its fps is doubled here, so all 8 frames are sampled.
+    import shutil
+
+    plain = shutil.copytree(built["choice"], tmp_path / "plain")
+    nested = json.loads((plain / "processor_config.json").read_text())
+    (plain / "processor_config.json").unlink()
+    (plain / "preprocessor_config.json").write_text(json.dumps(nested["image_processor"]))
+    (plain / "video_preprocessor_config.json").write_text(json.dumps(nested["video_processor"] | {"fps": 4}))
+    model = load_model(str(plain), media=True)
+    assert model.media_types == ("image", "video") and model.processor.video_processor.fps == 4
+    out = media_hidden_states(model, PROMPT, [("video", video_file)])
+    video_id = model.tokenizer.convert_tokens_to_ids(VIDEO_TOKEN)
+    assert int((out.input_ids == video_id).sum()) == 8 // 2 * (32 // PATCH_SIZE) ** 2 // MERGE_SIZE ** 2
+    assert torch.isfinite(out.hidden).all()
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torchvision") is not None,
+                    reason="with torchvision, transformers' own video processor serves every setting")
+@pytest.mark.parametrize("change, why", [({"resample": 2}, "bicubic"),
+                                         ({"size": {"height": 32, "width": 32}}, "shortest_edge"),
+                                         ({"video_processor_type": "Qwen2VLVideoProcessor"}, "Qwen2VLVideoProcessor")])
+def test_video_settings_the_torch_only_processor_cannot_follow_leave_images_served(built, tmp_path, change, why):
+    import shutil
+
+    run = shutil.copytree(built["choice"], tmp_path / "run")
+    config = json.loads((run / "processor_config.json").read_text())
+    config["video_processor"] |= change
+    (run / "processor_config.json").write_text(json.dumps(config))
+    model = load_model(str(run), media=True)
+    assert model.media_types == ("image",)
+    assert why in model.info["media_unavailable"] and "torchvision" in model.info["media_unavailable"]

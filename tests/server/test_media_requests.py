@@ -144,6 +144,41 @@ def test_a_media_request_amid_text_load_runs_alone_and_answers_as_in_process(sta
     assert daemon.stop() == 0
 
 
+def test_a_video_request_is_checked_decoded_and_answered_as_in_process(start_daemon, tmp_path):
+    # The video is generated here; the checker validates it with PyAV, the worker decodes and
+    # preprocesses it (on torch alone where torchvision is missing), and the answer is the
+    # in-process engine's on the same file.
+    from jevany_client import Video
+    from jevany_daemon.config import EngineConfig
+    from jevany_daemon.engine.engine import Engine
+    from jevany_daemon.model.loading import load_model
+    from jevany_daemon.model.tiny import build_tiny_model
+    from jevany_daemon.parity import compare
+    from tests.media.clips import gradients, write_clip
+
+    model_dir = build_tiny_model(tmp_path / "mm", arch="qwen3_5", readout="pointer", multimodal=True)
+    root = tmp_path / "media"
+    root.mkdir()
+    write_clip(root / "clip.mp4", gradients(9, 48, 64), fps=4)
+    write_clip(root / "twin.mp4", gradients(9, 48, 64, seed=1), fps=4)     # only its pixels differ
+    write_clip(root / "still.mp4", gradients(1, 48, 64), fps=4)            # one frame, repeated
+    daemon = start_daemon("--media-root", str(root), model=model_dir)
+    state = {"ticket": "what happens in the clip?"}
+    questions = {"q": {"type": "choice", "criteria": {"cat": None, "dog": None, "bird": None}}}
+    with daemon.client(timeout=120, retries=0) as client:
+        assert client.models()["models"][0]["limits"]["media_enabled"] is True
+        served = {name: client.decide(state, questions, media=[Video(name)]) for name in ("clip.mp4", "twin.mp4", "still.mp4")}
+        assert client.call("decide", TEXT)["answers"]["u"]["type"] == "noul"
+    assert daemon.stop() == 0
+    engine = Engine(load_model(str(model_dir), media=True), EngineConfig())
+    for name, result in served.items():
+        expected = engine.decide({"state": state, "questions": questions,
+                                  "media": [{"type": "video", "uri": str(root / name)}]})
+        assert compare([expected], [result])["max_abs_diff"] <= 1e-5, name
+        assert result["batch"]["size"] == 1
+    assert served["clip.mp4"]["answers"]["q"]["probabilities"] != served["twin.mp4"]["answers"]["q"]["probabilities"]
+
+
 def test_a_dead_checker_and_a_full_queue_never_lose_a_media_request(start_daemon, tmp_path):
     import msgpack
     import zmq
