@@ -115,6 +115,66 @@ def _read_body(file: str) -> dict:
     return body
 
 
+# -- jevany-client eval, also installed as jevany-eval ------------------------
+
+eval_app = typer.Typer(name="jevany-eval", add_completion=False)
+
+
+def eval_suite(
+    suite: str = typer.Argument(
+        ..., metavar="SUITE.jsonl",
+        help="One decide body per line, plus labels: {question id: option key | true/false | level index}.",
+    ),
+    endpoint: list[str] = typer.Option(
+        None, "--endpoint", "-e", help=_ENDPOINT_HELP + " Repeat to spread over several daemons."
+    ),
+    concurrency: int = typer.Option(32, "--concurrency", "-n", min=1, help="Requests in flight at once."),
+    out: str = typer.Option(
+        None, "--out", "-o", metavar="RESULTS.jsonl",
+        help="Results, one line per item, appended as they arrive; a rerun skips what is there. "
+        "Default: SUITE.results.jsonl beside the suite.",
+    ),
+    report: str = typer.Option(None, "--report", metavar="REPORT.json", help="Write the report as JSON."),
+    plot: str = typer.Option(
+        None, "--plot", metavar="PNG", help="Draw the reliability diagram (needs matplotlib: the plot extra of jevany-client)."
+    ),
+    compare: str = typer.Option(
+        None, "--compare", metavar="OTHER.jsonl",
+        help="Another results file of the same suite: decisions changed, |dp|, paired metric differences.",
+    ),
+    timeout: float = typer.Option(
+        60.0, "--timeout", min=0.001, help="Seconds one request may take, the client's retries included."
+    ),
+    patience: float = typer.Option(
+        120.0, "--patience", min=0.0,
+        help="Stop (exit 3) when no item has finished for this many seconds while requests keep "
+        "failing retryably (daemon busy, restarting or gone); a rerun finishes the rest.",
+    ),
+    progress: bool = typer.Option(True, "--progress/--no-progress", help="Show the progress bar on stderr."),
+) -> None:
+    """Evaluate a labelled suite through the daemon: resumable results, then a report.
+
+    Prints accuracy, NLL, Brier score and ECE with 95% bootstrap intervals, per
+    question type and overall. Exit 0 when every item is done, 2 when nothing
+    could run (bad suite or option, no daemon), 3 when items are left undone
+    (run the same command again), 130 on Ctrl-C.
+    """
+    from .eval import EvalError, Options, evaluate
+
+    options = Options(suite=suite, endpoints=endpoint or None, concurrency=concurrency, out=out,
+                      report=report, plot=plot, compare=compare, timeout=timeout, patience=patience,
+                      progress=progress)
+    try:
+        code = evaluate(options, echo=typer.echo)
+    except EvalError as err:
+        raise _fail(2, f"error: {err}") from None
+    raise typer.Exit(code)
+
+
+client_app.command("eval")(eval_suite)
+eval_app.command()(eval_suite)
+
+
 # -- jevany-ctl --------------------------------------------------------------
 
 

@@ -1,0 +1,141 @@
+"""jevany-eval's metrics against values worked by hand, and the bootstrap's determinism."""
+import json
+import math
+
+import pytest
+
+from jevany_client.answers import shape_answer
+from jevany_client.eval import metrics
+from jevany_client.eval.report import build_report, report_json
+from jevany_client.eval.results import answer_record
+from jevany_client.eval.suite import parse_item
+
+CHOICE = {"type": "choice", "criteria": {"a": None, "b": None, "c": None}}
+NOUL = {"type": "noul"}
+SCORE = {"type": "score", "criteria": ["low", "mid", "high"]}
+
+
+def suite_items(lines: list[dict]):
+    return [parse_item(json.dumps(line).encode(), i) for i, line in enumerate(lines)]
+
+
+def answered(items, probabilities: list[dict]) -> dict:
+    """Records as the runner writes them: each item's questions answered with the given probabilities."""
+    records = {}
+    for item, by_question in zip(items, probabilities):
+        answers = {q.qid: shape_answer(q, by_question[q.qid]) for q in item.request.questions}
+        records[item.index] = answer_record(item, {"model": "m", "answers": answers})
+    return records
+
+
+# Four items, one question each, worked by hand:
+#   0 choice  p=(.5,.3,.2)   label a  right  NLL ln 2  = 0.693147  Brier .25+.09+.04    = 0.38   conf .5 (bin 7)
+#   1 noul    p=(.2,.8)      label F  wrong  NLL ln 5  = 1.609438  Brier .64+.64        = 1.28   conf .8 (bin 12)
+#   2 score   p=(.1,.7,.2)   label 1  right  NLL -ln.7 = 0.356675  Brier .01+.09+.04    = 0.14   conf .7 (bin 10)
+#   3 choice  p=(.9,.05,.05) label b  wrong  NLL ln 20 = 2.995732  Brier .81+.9025+.0025 = 1.715 conf .9 (bin 13)
+# Overall: accuracy 2/4 = .5; NLL 5.654992/4 = 1.413748; Brier 3.515/4 = .87875;
+#   ECE: every bin holds one question, so (|1-.5| + |0-.8| + |1-.7| + |0-.9|)/4 = 2.5/4 = .625.
+# Choice: accuracy .5; NLL (0.693147+2.995732)/2 = 1.844440; Brier (.38+1.715)/2 = 1.0475; ECE (.5+.9)/2 = .7.
+HAND = [
+    ({"state": 0, "questions": {"q": CHOICE}, "labels": {"q": "a"}}, {"q": [0.5, 0.3, 0.2]}),
+    ({"state": 1, "questions": {"q": NOUL}, "labels": {"q": False}}, {"q": [0.2, 0.8]}),
+    ({"state": 2, "questions": {"q": SCORE}, "labels": {"q": 1}}, {"q": [0.1, 0.7, 0.2]}),
+    ({"state": 3, "questions": {"q": CHOICE}, "labels": {"q": "b"}}, {"q": [0.9, 0.05, 0.05]}),
+]
+
+
+@pytest.fixture
+def hand_report():
+    items = suite_items([line for line, _ in HAND])
+    return build_report(items, answered(items, [p for _, p in HAND]))
+
+
+def test_overall_metrics_match_the_hand_computed_values(hand_report):
+    overall = hand_report["overall"]
+    assert overall["questions"] == 4
+    assert overall["accuracy"]["value"] == pytest.approx(0.5)
+    assert overall["nll"]["value"] == pytest.approx(1.413748, abs=1e-6)
+    assert overall["brier"]["value"] == pytest.approx(0.87875, abs=1e-6)
+    assert overall["ece"]["value"] == pytest.approx(0.625, abs=1e-6)
+
+
+def test_per_type_metrics_match_the_hand_computed_values(hand_report):
+    by_type = hand_report["by_type"]
+    assert set(by_type) == {"choice", "noul", "score"}
+    choice = by_type["choice"]
+    assert (choice["questions"], choice["accuracy"]["value"]) == (2, 0.5)
+    assert choice["nll"]["value"] == pytest.approx(1.844440, abs=1e-6)
+    assert choice["brier"]["value"] == pytest.approx(1.0475, abs=1e-6)
+    assert choice["ece"]["value"] == pytest.approx(0.7, abs=1e-6)
+    noul = by_type["noul"]
+    assert noul["accuracy"]["value"] == 0.0          # p(true)=.8 decides true; the label is false
+    assert noul["nll"]["value"] == pytest.approx(math.log(5), abs=1e-6)
+    score = by_type["score"]
+    assert score["accuracy"]["value"] == 1.0
+    assert score["brier"]["value"] == pytest.approx(0.14, abs=1e-6)
+    # One question: every bootstrap draw is that question, so the interval is a point.
+    assert score["nll"]["ci95"] == [pytest.approx(0.356675, abs=1e-6)] * 2
+
+
+def test_ece_averages_within_a_bin_before_taking_the_gap():
+    # conf .62 right and .64 wrong share bin 9 (9.3 and 9.6 of 15): accuracy .5, confidence .63,
+    # so ECE = 2/2 * |.5 - .63| = .13 (taking each gap alone would give (.38 + .64)/2 = .51).
+    lines = [{"state": i, "questions": {"q": CHOICE}, "labels": {"q": label}} for i, label in enumerate("ab")]
+    items = suite_items(lines)
+    report = build_report(items, answered(items, [{"q": [0.62, 0.2, 0.18]}, {"q": [0.64, 0.2, 0.16]}]))
+    assert report["overall"]["ece"]["value"] == pytest.approx(0.13, abs=1e-6)
+    [only_bin] = report["overall"]["reliability"]
+    assert only_bin["count"] == 2 and only_bin["bin"] == [pytest.approx(0.6), pytest.approx(10 / 15, abs=1e-6)]
+    assert only_bin["confidence"] == pytest.approx(0.63) and only_bin["accuracy"] == 0.5
+
+
+def test_a_certain_miss_has_a_finite_nll_at_the_floor():
+    items = suite_items([{"state": 0, "questions": {"q": NOUL}, "labels": {"q": True}}])
+    report = build_report(items, answered(items, [{"q": [1.0, 0.0]}]))
+    assert report["overall"]["nll"]["value"] == pytest.approx(-math.log(metrics.P_FLOOR), abs=1e-6)
+    assert report["overall"]["brier"]["value"] == 2.0
+
+
+def test_confidence_bins_are_equal_width_and_one_goes_in_the_last():
+    assert [metrics.confidence_bin(c) for c in (0.0, 1 / 15 - 1e-9, 1 / 15, 0.5, 0.999, 1.0)] == [0, 0, 1, 7, 14, 14]
+
+
+def test_percentile_interval_interpolates_between_ranks():
+    # 2.5% of the way along 0..4 is position 0.1; 97.5% is 3.9.
+    assert metrics.percentile_interval([4.0, 0.0, 2.0, 1.0, 3.0]) == [pytest.approx(0.1), pytest.approx(3.9)]
+
+
+def test_bootstrap_resamples_whole_items():
+    # Item 0 has two right answers, item 1 two wrong ones. Resampling items, a draw's accuracy can
+    # only be 0, .5 or 1; resampling questions one by one would also give .25 and .75.
+    seen = set()
+
+    def record(multiplicity):
+        value = group.metrics(multiplicity)
+        seen.add(value["accuracy"])
+        return value
+
+    lines = [{"state": i, "questions": {"x": CHOICE, "y": CHOICE}, "labels": {"x": "a", "y": "a"}}
+             for i in range(2)]
+    items = suite_items(lines)
+    records = answered(items, [{"x": [0.8, 0.1, 0.1], "y": [0.7, 0.2, 0.1]},
+                               {"x": [0.1, 0.8, 0.1], "y": [0.2, 0.7, 0.1]}])
+    scored = [s for item in items for s in metrics.score_item(item, records[item.index]["result"])]
+    group = metrics.Group(scored, {0: 0, 1: 1})
+    metrics.bootstrap({"g": record}, 2, resamples=200)
+    assert seen == {0.0, 0.5, 1.0}
+
+
+def test_the_report_is_the_same_bytes_whatever_order_the_results_arrived_in():
+    lines = [{"state": i, "questions": {"q": CHOICE, "u": NOUL}, "labels": {"q": "abc"[i % 3], "u": i % 2 == 0}}
+             for i in range(30)]
+    items = suite_items(lines)
+    probabilities = [{"q": [0.2 + 0.01 * i, 0.5, 0.3 - 0.01 * i], "u": [0.3 + 0.02 * i, 0.7 - 0.02 * i]}
+                     for i in range(30)]
+    records = answered(items, probabilities)
+    shuffled = {k: records[k] for k in sorted(records, key=lambda k: (k * 7) % 30)}
+    assert list(shuffled) != list(records)
+    first = report_json(build_report(items, records))
+    assert report_json(build_report(items, shuffled)) == first
+    ci = json.loads(first)["overall"]["accuracy"]["ci95"]
+    assert ci[0] < json.loads(first)["overall"]["accuracy"]["value"] < ci[1]
