@@ -21,11 +21,14 @@ def test_a_duplicate_reply_is_discarded_never_handed_to_the_next_call(daemon):
         first = client.decide({"duplicate_after": 0.2, "n": 1}, QUESTIONS)
         # the duplicate of the first reply comes while this call waits for its own
         second = client.decide({"delay": 0.6, "n": 2}, QUESTIONS)
+        assert client.discarded == 1                       # the duplicate came, and was dropped
         bodies = [{"duplicate_after": 0, "n": n} for n in (3, 4, 5)]
         many = client.decide_many([{"state": b, "questions": {"ok": {"type": "noul"}}} for b in bodies])
         last = client.decide("plain", QUESTIONS)
     assert first["state"]["n"] == 1 and second["state"]["n"] == 2
-    assert second["order"] == first["order"] + 2          # the duplicate went out between the two replies
+    # The duplicate went out between the two replies (the fake daemon is shared: other tests' late
+    # replies may go out in between too, so at least one reply, not exactly one).
+    assert second["order"] >= first["order"] + 2
     assert [r["state"]["n"] for r in many] == [3, 4, 5]
     assert last["state"] == "plain"
 
