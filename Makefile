@@ -13,8 +13,14 @@ $(VENV)/.installed: pyproject.toml client/pyproject.toml constraints-cpu.txt
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints-cpu.txt -e ./client -e '.[test,multimodal]'
 	touch $@
 
-demo: install
-	$(PY) scripts/demo.py
+# The demo serves the starter model, trained on the spot the first time (about a minute).
+STARTER := runs/starter
+
+demo: install $(STARTER)/head.pt
+	$(PY) scripts/demo.py --model $(STARTER)
+
+$(STARTER)/head.pt: | install
+	$(VENV)/bin/jevany-daemon tiny-model --trained $(STARTER)
 
 test: install node-example
 	$(PY) -m pytest -q

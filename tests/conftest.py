@@ -11,7 +11,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-TEST_THREADS = min(2, os.cpu_count() or 1)
+# Under pytest-xdist the workers share the cores: each takes its share, not all of them.
+TEST_THREADS = max(1, min(2, (os.cpu_count() or 1) // int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))))
 
 
 def _set_threads():
@@ -57,3 +58,24 @@ def loaded_model(tiny_model):
         return cache[key]
 
     return load
+
+
+@pytest.fixture(scope="session")
+def trained_model(tmp_path_factory):
+    """The starter model (`jevany-daemon tiny-model --trained`), trained once per session: its run directory.
+
+    Trained with the shipped recipe, so the tests check what users get. Shared: do not modify it.
+    """
+    from filelock import FileLock
+
+    from jevany_daemon.starter.build import build_trained_model
+
+    root = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        root = root.parent       # the run's own temp dir, shared by its xdist workers: train once per run
+    out = root / "starter-run"
+    with FileLock(str(root / "starter-run.lock")):
+        if not out.exists():     # the build renames its finished directory into place
+            _set_threads()
+            build_trained_model(out)
+    return out

@@ -199,7 +199,7 @@ def build_tokenizer(multimodal: bool = False):
 
 
 @contextlib.contextmanager
-def _quiet():
+def quiet():
     """No progress bars or deprecation chatter from transformers/peft while writing files."""
     from transformers.utils import logging as hf_logging
 
@@ -218,11 +218,14 @@ def _quiet():
 # tiny vocabulary): realistic compute per token for benchmarks on a GPU.
 # "tiny8" is the tiny width with the real model's depth pattern (8 layers,
 # 3 linear : 1 full), for tests of how values travel between layer types.
+# "starter" is the tiny width with one layer: the backbone the starter model
+# trains on the spot (jevany_daemon/starter), cheap enough to train in the tests.
 _TINY = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
              num_key_value_heads=2, head_dim=64)
 SHAPES = {
     "tiny": _TINY,
     "tiny8": {**_TINY, "num_hidden_layers": 8},
+    "starter": {**_TINY, "num_hidden_layers": 1},
     "0.8b": dict(hidden_size=1024, intermediate_size=3584, num_hidden_layers=24, num_attention_heads=8,
                  num_key_value_heads=2, head_dim=256),
 }
@@ -231,6 +234,7 @@ _TINY_LINEAR = dict(linear_num_key_heads=2, linear_num_value_heads=4, linear_key
 LINEAR_SHAPES = {
     "tiny": _TINY_LINEAR,
     "tiny8": _TINY_LINEAR,
+    "starter": _TINY_LINEAR,
     "0.8b": dict(linear_num_key_heads=16, linear_num_value_heads=16, linear_key_head_dim=128,
                  linear_value_head_dim=128),
 }
@@ -242,6 +246,7 @@ _LINEAR, _FULL = "linear_attention", "full_attention"
 LAYER_TYPES = {
     "tiny": [_LINEAR, _FULL, _LINEAR, _FULL],
     "tiny8": [_LINEAR] * 3 + [_FULL] + [_LINEAR] * 3 + [_FULL],
+    "starter": [_FULL],
     "0.8b": ([_LINEAR] * 3 + [_FULL]) * 6,
 }
 
@@ -300,51 +305,66 @@ def lora_targets(backbone) -> list[str]:
     return [w for w in wanted if w in present]
 
 
-def _save_adapter(causal_lm, out: Path, seed: int) -> None:
-    from peft import LoraConfig, get_peft_model
+def lora_config(backbone, rank: int = LORA_RANK):
+    """JevAny's adapter shape: rank r, alpha 2r (the loader's rule), on every projection lora_targets finds."""
+    from peft import LoraConfig
 
-    backbone = causal_lm.get_decoder()
-    config = LoraConfig(
-        task_type="FEATURE_EXTRACTION",
-        r=LORA_RANK,
-        lora_alpha=2 * LORA_RANK,
-        lora_dropout=0.0,
-        target_modules=lora_targets(backbone),
-    )
-    peft_model = get_peft_model(backbone, config)
+    return LoraConfig(task_type="FEATURE_EXTRACTION", r=rank, lora_alpha=2 * rank, lora_dropout=0.0,
+                      target_modules=lora_targets(backbone))
+
+
+def save_adapter(peft_model, out: Path) -> None:
+    """The adapter files of a run directory, naming its base model by the run directory's layout."""
+    peft_model.peft_config["default"].base_model_name_or_path = "base"
+    peft_model.save_pretrained(out, save_embedding_layers=False)
+    (out / "README.md").unlink(missing_ok=True)
+
+
+def _save_random_adapter(causal_lm, out: Path, seed: int) -> None:
+    from peft import get_peft_model
+
+    peft_model = get_peft_model(causal_lm.get_decoder(), lora_config(causal_lm.get_decoder()))
     # PEFT starts lora_B at zero (a no-op adapter); a real adapter changes outputs.
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for name, param in peft_model.named_parameters():
             if "lora_B" in name:
                 param.copy_(torch.randn(param.shape, generator=gen) * 0.05)
-    peft_model.peft_config["default"].base_model_name_or_path = "base"
-    peft_model.save_pretrained(out, save_embedding_layers=False)
-    (out / "README.md").unlink(missing_ok=True)
+    save_adapter(peft_model, out)
 
 
-def _head_meta(readout: str, hidden_size: int, tokenizer, seed: int, multimodal: bool = False) -> dict:
-    meta = {
+def save_run_tokenizer(save_preprocessing, tokenizer, out: Path) -> None:
+    """What JevAny records on first preparation: the alphabet, explicitly."""
+    tokenizer.init_kwargs["jevany_decision_tokens"] = list(DECISION_TOKENS)
+    save_preprocessing(out)
+
+
+def head_meta(readout: str, tokenizer, head: PointerHead | None = None, *, lora: int = LORA_RANK,
+              temperature: float | None = None, multimodal: bool = False, **extra) -> dict:
+    """head.pt's metadata for a run directory whose base lies in OUT/base; extra: more keys, kept as they are."""
+    residual = head.residual[0].out_features if head is not None and head.residual is not None else 0
+    return {
         "base": "base",
-        "lora": LORA_RANK,
-        "head_dim": HEAD_DIM,
-        "head_residual_dim": HEAD_RESIDUAL_DIM if readout == "pointer" else 0,
+        "lora": lora,
+        "head_dim": head.head_dim if head is not None else HEAD_DIM,
+        "head_residual_dim": residual,
         "decision_mode": readout,
         "verbalizers": verbalizer_table(tokenizer) if readout == "lm_token" else [],
-        "temperature": TEMPERATURE[readout],
+        "temperature": TEMPERATURE[readout] if temperature is None else float(temperature),
         "tokenizer_saved": True,
         "special_embeddings": False,
         "multimodal": multimodal,
         "branch_mode": "auto",
         "weights_dtype": "fp32",
-        "head": None,
+        "head": None if head is None else {k: v.detach().clone() for k, v in head.state_dict().items()},
+        "head_type": "residual" if residual else "linear",
+        **extra,
     }
-    if readout == "pointer":
-        torch.manual_seed(seed + 2)
-        head = PointerHead(hidden_size, HEAD_DIM, HEAD_RESIDUAL_DIM)
-        meta["head"] = {k: v.detach().clone() for k, v in head.state_dict().items()}
-    meta["head_type"] = "residual" if meta["head_residual_dim"] else "linear"
-    return meta
+
+
+def _random_head(hidden_size: int, seed: int) -> PointerHead:
+    torch.manual_seed(seed + 2)
+    return PointerHead(hidden_size, HEAD_DIM, HEAD_RESIDUAL_DIM)
 
 
 def build_tiny_model(out: Path | str, arch: str = "qwen3", readout: str = "choice", seed: int = 0,
@@ -370,7 +390,7 @@ def build_tiny_model(out: Path | str, arch: str = "qwen3", readout: str = "choic
         # A stale head.pt would silently turn a plain model into a checkpoint.
         raise FileExistsError(f"{out} exists and is not an empty directory")
     out.mkdir(parents=True, exist_ok=True)
-    with _quiet(), torch.random.fork_rng(devices=[]):
+    with quiet(), torch.random.fork_rng(devices=[]):
         _write(out, arch, readout, seed, shape, multimodal)
     return out
 
@@ -391,9 +411,8 @@ def _write(out: Path, arch: str, readout: str, seed: int, shape: str, multimodal
     save_preprocessing(base)
     if readout == "choice":
         return
-    _save_adapter(model, out, seed)
-    # What JevAny records on first preparation: the alphabet, explicitly.
-    tokenizer.init_kwargs["jevany_decision_tokens"] = list(DECISION_TOKENS)
-    save_preprocessing(out)
+    _save_random_adapter(model, out, seed)
+    save_run_tokenizer(save_preprocessing, tokenizer, out)
     hidden_size = model.config.get_text_config().hidden_size
-    torch.save(_head_meta(readout, hidden_size, tokenizer, seed, multimodal), out / HEAD_FILE)
+    head = _random_head(hidden_size, seed) if readout == "pointer" else None
+    torch.save(head_meta(readout, tokenizer, head, multimodal=multimodal), out / HEAD_FILE)

@@ -35,3 +35,24 @@ def test_quick_benchmark_parity(tmp_path):
             assert r["max_abs_diff"] <= 1e-5 and r["decisions_changed"] == 0, r
         else:
             assert r["max_abs_diff"] < 0.05, r
+
+
+def test_bf16_keeps_the_trained_models_decisions(trained_model):
+    """The benchmark's bf16 rows differ and are only reported; on the starter model, whose decisions are
+    mostly right, bf16 must keep them: the change a user could act on, not just a probability gap."""
+    from jevany_daemon.config import EngineConfig
+    from jevany_daemon.engine.engine import Engine
+    from jevany_daemon.model.loading import load_model
+    from jevany_daemon.parity import compare
+    from jevany_daemon.starter import evaluate, suite
+
+    items = suite.read_jsonl(trained_model / "heldout.jsonl")[:48]
+    results = {}
+    for dtype in ("fp32", "bf16"):
+        engine = Engine(load_model(str(trained_model), dtype=dtype),
+                        EngineConfig(max_batch_size=16, max_padding_waste=1.0, batch_policy="greedy", prefix_cache=0))
+        results[dtype] = engine.score([engine.admit(suite.body(item)) for item in items])
+    report = compare(results["fp32"], results["bf16"])
+    assert report["max_abs_diff"] < 0.05, report
+    assert len(report["decisions_changed"]) <= report["probabilities"] // 100, report   # at most ~4% of questions
+    assert evaluate.report(items, results["bf16"])["overall"]["accuracy"] >= 0.85

@@ -1,8 +1,17 @@
-"""Batched and serial scoring agree; packed and rows agree where packed is enabled (FP32)."""
+"""Batched and serial scoring agree; packed and rows agree where packed is enabled (FP32).
+
+The random tiny models cover every architecture, readout and layout; the
+starter model (trained, right on most questions) makes "no decision
+changed" guard decisions that mean something.
+"""
 import pytest
 
 from jevany_daemon import workloads
+from jevany_daemon.config import EngineConfig
+from jevany_daemon.engine.engine import Engine
+from jevany_daemon.model.loading import load_model
 from jevany_daemon.parity import compare
+from jevany_daemon.starter import evaluate, suite
 
 REQUESTS = workloads.mixed(64, seed=7, max_words=30)
 TOLERANCE = 1e-5
@@ -57,6 +66,26 @@ def test_shared_state_layouts_equal_rows(make_engine, arch, readout, layout):
     assert report["decisions_changed"] == []
     # running the shared state once pads fewer tokens for multi-question requests
     assert shared.stats.padded_tokens < rows.stats.padded_tokens
+
+
+def test_the_trained_models_decisions_survive_batching_and_packing(trained_model):
+    items = suite.read_jsonl(trained_model / "heldout.jsonl")[:48]
+    bodies = [suite.body(item) for item in items]
+    model = load_model(str(trained_model))
+    results = {}
+    for layout in ("rows", "packed"):
+        engine = Engine(model, EngineConfig(layout=layout, max_batch_size=16, max_padding_waste=1.0,
+                                            batch_policy="greedy", max_packed_tokens=1 << 16, prefix_cache=0))
+        alone = serial(engine, bodies)
+        before = engine.stats.batches
+        results[layout] = engine.score([engine.admit(b) for b in bodies])
+        assert engine.stats.batches - before == 3        # 48 requests really shared passes
+        report = compare(alone, results[layout])
+        assert report["max_abs_diff"] <= TOLERANCE and report["decisions_changed"] == [], report
+    report = compare(results["rows"], results["packed"])
+    assert report["max_abs_diff"] <= TOLERANCE and report["decisions_changed"] == [], report
+    # the decisions guarded above are the model's real answers: mostly right, and not by chance
+    assert evaluate.report(items, results["packed"])["overall"]["accuracy"] >= 0.85
 
 
 def test_layout_choice(make_engine):

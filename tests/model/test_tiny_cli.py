@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 
 from typer.testing import CliRunner
 
@@ -40,3 +41,34 @@ def test_tiny_model_refuses_a_non_empty_directory(tmp_path):
     assert result.exit_code == 1
     assert "not an empty directory" in result.output
     assert (tmp_path / "keep.txt").read_text() == "mine"
+
+
+def test_tiny_model_needs_out_except_when_trained(tmp_path):
+    result = runner.invoke(app, ["tiny-model"])
+    assert result.exit_code == 2
+    assert "missing argument OUT" in result.output
+
+
+def test_trained_refuses_the_options_of_random_models(tmp_path):
+    for args in (["--readout", "pointer"], ["--arch", "qwen3"], ["--multimodal"]):
+        result = runner.invoke(app, ["tiny-model", "--trained", str(tmp_path / "m"), *args])
+        assert result.exit_code == 2, args
+        assert f"{args[0]} does not apply" in result.output
+    assert not (tmp_path / "m").exists()
+
+
+def test_trained_builds_a_checkpoint_and_prints_its_heldout_figures(tmp_path, monkeypatch):
+    import jevany_daemon.starter.train as train
+
+    small = train.Recipe(train_items=40, calibration_items=10, heldout_items=10, batch_items=20, head_steps=4,
+                         tune_items=20)
+    monkeypatch.setattr(train, "Recipe", lambda seed: replace(small, seed=seed))   # seconds, not a minute
+    out = tmp_path / "starter"
+    result = runner.invoke(app, ["tiny-model", "--trained", str(out), "--seed", "3"])
+    assert result.exit_code == 0, result.output
+    assert read_meta(out).decision_mode == "pointer" and read_meta(out).extra["starter_recipe"]["seed"] == 3
+    assert "accuracy" in result.output and "ECE" in result.output and f"wrote qwen3 pointer checkpoint to {out}" \
+        in result.output
+    assert len((out / "heldout.jsonl").read_text().splitlines()) == 10
+    again = runner.invoke(app, ["tiny-model", "--trained", str(out)])
+    assert again.exit_code == 1 and "not an empty directory" in again.output
