@@ -4,8 +4,15 @@ Every check downstream reads `max_abs_diff <= tolerance`, so anything that is
 not a clean comparison makes that check fail: a NaN or infinity on either
 side makes it NaN (Python's max() would skip a NaN that does not come
 first), and a question or option present on one side only makes it infinite.
+
+answer_problems() holds one result to its request the way a caller would:
+every answer through JevAny's self-check, and no NaN or infinity anywhere.
 """
 import math
+
+from jevany_client.answers import validate_answer
+from jevany_client.errors import InternalError
+from jevany_client.schema import parse_decision
 
 
 def worst(values) -> float:
@@ -50,3 +57,32 @@ def compare(reference: list[dict], other: list[dict]) -> dict:
         "mismatched": mismatched,
         "decisions_changed": changed,
     }
+
+
+def non_finite(value, path: str = "") -> list[str]:
+    """The path of every NaN or infinity anywhere in a decoded reply (the wire must never carry one)."""
+    if isinstance(value, float):
+        return [] if math.isfinite(value) else [path or "."]
+    if isinstance(value, dict):
+        return [p for k, v in value.items() for p in non_finite(v, f"{path}.{k}")]
+    if isinstance(value, (list, tuple)):
+        return [p for i, v in enumerate(value) for p in non_finite(v, f"{path}[{i}]")]
+    return []
+
+
+def answer_problems(body: dict, result: dict) -> list[str]:
+    """What a caller could not trust in result as the answer to body; empty when nothing.
+
+    A question missing or extra, an answer that fails JevAny's self-check
+    (keys, ranges, sum, argmax, score), a non-finite number anywhere.
+    """
+    questions = parse_decision(body).questions
+    answers = result.get("answers", {})
+    found = [f"answers hold {sorted(answers)}, the request asked {sorted(q.qid for q in questions)}"] \
+        if set(answers) != {q.qid for q in questions} else []
+    for q in questions:
+        try:
+            validate_answer(q, answers.get(q.qid))
+        except InternalError as exc:
+            found.append(exc.message)
+    return found + [f"non-finite number at {p}" for p in non_finite(result)]

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from jevany_client.answers import shape_answer
+from jevany_client.answers import shape_answer, validate_answer
 from jevany_client.errors import (
     InternalError,
     InvalidRequestError,
@@ -304,7 +304,7 @@ class Engine:
         self.stats.retried_alone += len(batch)
         return [self.run_batch([a])[0] for a in batch]
 
-    def _forward(self, batch: list[Admitted]) -> list[dict]:
+    def _forward(self, batch: list[Admitted]) -> list[dict | JevanyError]:
         encs = [a.encoded for a in batch]
         model = self.model
         layout = self._layout_for(batch[0])     # one group per batch (batching.take_batch)
@@ -370,8 +370,19 @@ class Engine:
         out = self.model.backbone(**inputs, attention_mask=attention_mask, use_cache=return_cache)
         return (out.last_hidden_state, out.cache) if return_cache else out.last_hidden_state
 
-    def _result(self, admitted: Admitted, probs, latency_ms, size, padded) -> dict:
-        answers = {q.qid: shape_answer(q, p) for q, p in zip(admitted.request.questions, probs)}
+    def _result(self, admitted: Admitted, probs, latency_ms, size, padded) -> dict | InternalError:
+        """The request's reply; InternalError, for this request alone, if an answer fails JevAny's self-check.
+
+        JevAny checks every answer before it returns it, and so do we: no
+        readout fault (unnormalised, out of range, not finite) reaches a caller.
+        """
+        answers = {}
+        try:
+            for q, p in zip(admitted.request.questions, probs):
+                answers[q.qid] = shape_answer(q, p)
+                validate_answer(q, answers[q.qid])
+        except InternalError as exc:
+            return exc
         return {
             "model": self.model.model_id,
             "answers": answers,

@@ -115,12 +115,12 @@ def test_timeout_leaves_client_usable_and_drops_the_stale_reply(client):
 
 
 def test_slow_reply_does_not_hold_up_others(daemon):
-    with JevClient(daemon.endpoint, timeout=5.0) as slow, JevClient(daemon.endpoint) as fast:
-        started = time.monotonic()
+    # The slow reply is due in 120 s; the fast call's 30 s are plenty on a loaded machine, and a fast
+    # reply held behind the slow one would miss them.
+    with JevClient(daemon.endpoint, timeout=5.0) as slow, JevClient(daemon.endpoint, timeout=30.0) as fast:
         with pytest.raises(JevTimeoutError):
-            slow.decide("slow", QUESTIONS, timeout=0.05)
+            slow.decide({"delay": 120, "tag": "slow"}, QUESTIONS, timeout=0.05)
         assert fast.decide("quick", QUESTIONS)["state"] == "quick"
-        assert time.monotonic() - started < 0.9
 
 
 def test_a_message_over_the_daemons_limit_is_refused_at_once_naming_it(client):
@@ -128,7 +128,7 @@ def test_a_message_over_the_daemons_limit_is_refused_at_once_naming_it(client):
     started = time.monotonic()
     with pytest.raises(InvalidRequestError) as caught:
         client.decide("x" * (2 << 20), QUESTIONS, timeout=30)
-    assert time.monotonic() - started < 2
+    assert time.monotonic() - started < 30 / 2      # not the timeout waited out (generous: a loaded machine)
     assert "accepts at most 1,048,576 (its --max-message-bytes, JEVANY_MAX_MESSAGE_BYTES)" in caught.value.message
     assert client.decide("y" * (200 << 10), QUESTIONS)["state"] == "y" * (200 << 10)   # large, within the limit
     results = client.decide_many([decide_body("x" * (2 << 20), QUESTIONS), decide_body("s", QUESTIONS)],
@@ -141,7 +141,7 @@ def test_no_socket_file_fails_at_once(nowhere):
         started = time.monotonic()
         with pytest.raises(JevUnreachableError) as caught:
             client.ping()
-        assert time.monotonic() - started < 1.0
+        assert time.monotonic() - started < 30 / 2      # not the timeout waited out
         assert caught.value.sent is False and isinstance(caught.value, JevTimeoutError)
         assert caught.value.message.startswith(f"no daemon at {nowhere[len('ipc://'):]}: no socket file there")
         assert "the default endpoint is ipc://" in caught.value.message
@@ -154,7 +154,7 @@ def test_unreachable_daemon_times_out_without_sending(stale):
         started = time.monotonic()
         with pytest.raises(JevTimeoutError) as caught:
             client.ping()
-        assert time.monotonic() - started < 2.0
+        assert time.monotonic() - started < 0.3 + 10    # its timeout, not a hang (generous: a loaded machine)
         assert caught.value.sent is False
         assert "not reachable" in caught.value.message
 

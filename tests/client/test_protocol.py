@@ -169,11 +169,15 @@ def test_error_messages_say_what_was_wrong():
 
 
 def test_deep_nesting_fails_fast_with_a_typed_error():
+    # The decoder stops at its nesting limit instead of recursing (the message says so), for a
+    # million levels as for 1025. The bound only catches a decoder that walks the whole payload
+    # level by level: generous, so a loaded 2-core machine keeps it.
     started = time.perf_counter()
     for levels in (1025, 100_000, 1_000_000):
         payload = raw_map({"v": 1, "id": 7, "op": "decide", "body": nested_arrays(levels)})
-        decode_error(payload, InvalidMessageError)
-    assert time.perf_counter() - started < 1.0
+        err = decode_error(payload, InvalidMessageError)
+        assert "nests deeper than the msgpack decoder allows" in err.message
+    assert time.perf_counter() - started < 10.0
 
 
 def test_nesting_the_decoder_can_hold_reaches_the_schema_as_invalid_request():

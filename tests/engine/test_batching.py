@@ -1,10 +1,15 @@
 """Batch selection and group commit, on shapes alone (no model)."""
 import threading
-import time
 from collections import deque
 
 from jevany_client.errors import InternalError
 from jevany_daemon.engine.batching import BatchLimits, GroupCommit, Pending, drain, take_batch
+from tests.server.daemons import wait_for
+
+
+def queued(gc: GroupCommit) -> int:
+    with gc._cond:
+        return len(gc._queue)
 
 
 def P(width, rows=1, real=None, alone=False, name=None):
@@ -119,12 +124,7 @@ def test_group_commit_batches_requests_that_arrive_during_a_pass():
     others = [threading.Thread(target=call, args=(i,)) for i in range(1, 6)]
     for t in others:
         t.start()
-    # wait (bounded) until all five are queued behind the running pass
-    deadline = time.monotonic() + 10
-    while time.monotonic() < deadline:
-        with gc._cond:
-            if len(gc._queue) == 5:
-                break
+    wait_for(lambda: queued(gc) == 5, 10, "all five queued behind the running pass")
     release.set()
     for t in [t0, *others]:
         t.join(10)

@@ -14,18 +14,21 @@ from jevany_client.errors import (
 from jevany_daemon import workloads
 from jevany_daemon.config import CPU_PADDING_WASTE, GPU_PADDING_WASTE, EngineConfig, default_padding_waste
 from jevany_daemon.engine.engine import Engine
-from jevany_daemon.parity import compare
+from jevany_daemon.parity import answer_problems, compare
 
 BODY = {"state": {"note": "order late"}, "questions": {"q": {"type": "noul", "instructions": "refund?"}}}
 
 
 def test_result_envelope(make_engine):
-    engine = make_engine()
-    result = engine.decide(workloads.mixed(1, seed=3)[0] | {"model": "jevany-latest"})
+    engine = make_engine(prefix_cache=0)    # the configured layout runs it, so its shape says what a pass pads
+    body = workloads.mixed(1, seed=3)[0] | {"model": "jevany-latest"}
+    shape = engine.layout.shape(engine.admit(body).encoded)
+    result = engine.decide(body)
     assert result["model"] == engine.model.model_id
     assert set(result) == {"model", "answers", "usage", "latency_ms", "batch"}
     assert result["usage"]["input_tokens"] > 0 and result["usage"]["output_tokens"] > 0
-    assert result["batch"] == {"size": 1, "padded_tokens": result["batch"]["padded_tokens"]}
+    assert result["batch"] == {"size": 1, "padded_tokens": shape.rows * shape.width + shape.prefix}
+    assert answer_problems(body, result) == []
     for answer in result["answers"].values():
         assert math.isclose(sum(answer["probabilities"].values()), 1.0, abs_tol=1e-6)
 
@@ -185,6 +188,7 @@ def test_threads_get_their_own_answers(make_engine):
     assert not errors
     report = compare(expected, [got[i] for i in range(len(bodies))])
     assert report["max_abs_diff"] <= 1e-5 and report["decisions_changed"] == []
+    assert [p for i, body in enumerate(bodies) for p in answer_problems(body, got[i])] == []
 
 
 def test_describe(make_engine):

@@ -115,6 +115,7 @@ class RssSampler(threading.Thread):
 def run_overload(endpoint: str, supervisor_pid: int, plan: OverloadPlan) -> dict:
     before = probe(endpoint, plan.probes)            # also warms the worker up
     rss_before = rss_kb(supervisor_pid)
+    scored_before = status(endpoint)["batching"]["requests"]
     ctx = mp.get_context("spawn")
     ready, out, start = ctx.Queue(), ctx.Queue(), ctx.Event()
     procs = [ctx.Process(target=flooder_main, args=(endpoint, plan, k, ready, start, out))
@@ -133,12 +134,14 @@ def run_overload(endpoint: str, supervisor_pid: int, plan: OverloadPlan) -> dict
     finally:
         samples = sampler.stop() if sampler.is_alive() else sampler.samples
         stop_processes(procs)
-    wait_until(lambda: status(endpoint)["queue"]["depth"] == 0, 30, "the queue empties after the flood")
+    settled = wait_until(lambda: (s := status(endpoint))["queue"]["depth"] == 0 and s, 30,
+                         "the queue empties after the flood")
     after = probe(endpoint, plan.probes)
-    return summarize(plan, reports, elapsed, before, after, rss_before, samples, rss_kb(supervisor_pid))
+    scored = settled["batching"]["requests"] - scored_before
+    return summarize(plan, reports, elapsed, before, after, rss_before, samples, rss_kb(supervisor_pid), scored)
 
 
-def summarize(plan, reports, elapsed, before, after, rss_before, samples, rss_after) -> dict:
+def summarize(plan, reports, elapsed, before, after, rss_before, samples, rss_after, scored) -> dict:
     by_outcome: dict = {}
     for r in reports:
         for outcome, seconds in r["latencies"].items():
@@ -151,6 +154,7 @@ def summarize(plan, reports, elapsed, before, after, rss_before, samples, rss_af
         "sent": sum(r["sent"] for r in reports),
         "missing": sum(r["missing"] for r in reports),
         "outcomes": {k: len(v) for k, v in sorted(by_outcome.items())},
+        "scored": scored,             # requests the worker scored during the flood, by the daemon's count
         "accepted_rps": round(len(by_outcome.get("ok", [])) / elapsed, 2),
         "latency": {k: latency_summary(v) for k, v in sorted(by_outcome.items())},
         "forward_pass": latency_summary(forward),

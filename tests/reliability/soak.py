@@ -1,8 +1,10 @@
 """Soak: moderate load for a long time; the daemon's memory and file descriptors must not grow.
 
-Client processes use the real JevClient, each sending a paced stream of
-decide requests (short and mixed workloads, one in ten invalid) plus the odd
-ping and status. Every `sample_s` the supervisor's and the worker's VmRSS and
+Client processes use the real JevClient, with retries off so that an
+`overloaded` or `worker_lost` shows instead of being retried away, each
+sending a paced stream of decide requests (short and mixed workloads, one in
+ten invalid) plus the odd ping and status; every answer must pass JevAny's
+self-check. Every `sample_s` the supervisor's and the worker's VmRSS and
 open file descriptors are read from /proc (the worker's pid comes from the
 `status` op). After the warm-up, RSS may grow by at most 5% and the fd counts
 not at all; every request must get its expected outcome; the worker must
@@ -23,6 +25,7 @@ from dataclasses import asdict, dataclass
 
 from jevany_client import JevClient, JevanyError
 from jevany_daemon import workloads
+from jevany_daemon.parity import answer_problems
 
 from .harness import fd_count, latency_summary, rss_kb, stop_processes
 
@@ -44,7 +47,7 @@ def client_main(endpoint: str, plan: SoakPlan, index: int, ready, stop, out) -> 
     outcomes: dict = {}
     latencies: list = []
     wrong: list = []
-    with JevClient(endpoint, timeout=REPLY_WITHIN_S) as client:
+    with JevClient(endpoint, timeout=REPLY_WITHIN_S, retries=0) as client:
         client.ping()
         ready.put(index)
         began = time.monotonic()
@@ -72,11 +75,11 @@ def _one(client: JevClient, bodies: list, n: int) -> tuple[str, str, float]:
         kind, call = "invalid", lambda: client.call("decide", {**body, "questions": {}})
     started = time.monotonic()
     try:
-        call()
-        outcome = "ok"
+        result = call()
     except JevanyError as err:
-        outcome = err.code
-    return kind, outcome, time.monotonic() - started
+        return kind, err.code, time.monotonic() - started
+    seconds = time.monotonic() - started
+    return kind, "bad_answer" if kind == "decide" and answer_problems(body, result) else "ok", seconds
 
 
 class Sampler:

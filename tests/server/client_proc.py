@@ -1,22 +1,44 @@
 """Client processes for the concurrency tests (imported by spawned interpreters)."""
+import msgpack
+import zmq
+
 from jevany_client import JevClient, JevanyError
+
+REPLY_WITHIN_S = 120
 
 
 def stream(endpoint: str, bodies: list, start: int, queue, barrier=None) -> None:
-    """Send requests one after another; report (index, id echoed, result) for each.
+    """Send requests one after another on a bare DEALER; report (index, id echoed, result) for each.
 
-    With a barrier, the first request waits until every party is connected and ready.
+    The ids are this process's own ("p{start}-{i}"), so the id each reply
+    echoes shows whether it answers the request just sent. With a barrier,
+    the first request waits until every party is connected and ready. An
+    error reply ends the stream with an AssertionError (exit code 1), after
+    reporting what came before it.
     """
     out = []
-    with JevClient(endpoint, timeout=120) as client:
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.DEALER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.connect(endpoint)
+    try:
         if barrier is not None:
-            client.ping()
+            assert _exchange(sock, {"v": 1, "id": f"p{start}-ping", "op": "ping"})["ok"]
             barrier.wait(120)
         for i, body in enumerate(bodies):
-            reply_id = f"p{start}-{i}"
-            result = client.call("decide", body)
-            out.append((start + i, reply_id, result))
-    queue.put(out)
+            rid = f"p{start}-{i}"
+            reply = _exchange(sock, {"v": 1, "id": rid, "op": "decide", "body": body})
+            assert reply["ok"], f"{rid}: {reply.get('error')}"
+            out.append((start + i, reply["id"], reply["result"]))
+    finally:
+        queue.put(out)
+        ctx.destroy(linger=0)
+
+
+def _exchange(sock, message: dict) -> dict:
+    sock.send(msgpack.packb(message))
+    assert sock.poll(REPLY_WITHIN_S * 1000), f"no reply to {message['id']} within {REPLY_WITHIN_S}s"
+    return msgpack.unpackb(sock.recv())
 
 
 def outcome(result) -> str:

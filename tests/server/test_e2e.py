@@ -5,7 +5,7 @@ import msgpack
 import zmq
 
 from jevany_daemon import workloads
-from jevany_daemon.parity import compare
+from jevany_daemon.parity import answer_problems, compare
 
 from .client_proc import stream
 
@@ -22,10 +22,10 @@ def test_concurrent_client_processes_get_their_own_answers(start_daemon, loaded_
              for k in range(N_CLIENTS)]
     for p in procs:
         p.start()
-    got = {}
+    got, echoed = {}, {}
     for _ in procs:
-        for index, _, result in queue.get(timeout=240):
-            got[index] = result
+        for index, rid, result in queue.get(timeout=240):
+            got[index], echoed[index] = result, rid
     for p in procs:
         p.join(30)
         assert p.exitcode == 0
@@ -37,8 +37,11 @@ def test_concurrent_client_processes_get_their_own_answers(start_daemon, loaded_
 
     engine = Engine(loaded_model("qwen3", "pointer"), EngineConfig())
     expected = [engine.decide(body) for _, body in order]
+    # each reply echoed the id its own client process sent for that request
+    assert all(echoed[index] == f"p{index - index % 100}-{index % 100}" for index, _ in order)
     report = compare(expected, [got[index] for index, _ in order])
     assert report["max_abs_diff"] <= 1e-5 and report["decisions_changed"] == []
+    assert [p for index, body in order for p in answer_problems(body, got[index])] == []
     with daemon.client() as client:
         status = client.status()
     assert status["requests"]["ok"] >= N_CLIENTS * PER_CLIENT
@@ -70,7 +73,7 @@ def test_every_reply_matches_its_id_when_pipelined(start_daemon):
     assert sorted(replies) == list(range(40))
     for i, body in enumerate(bodies):
         assert replies[i]["ok"], replies[i]
-        assert set(replies[i]["result"]["answers"]) == set(body["questions"])
+        assert answer_problems(body, replies[i]["result"]) == []
     daemon.stop()
 
 

@@ -1,7 +1,6 @@
 """Every error code this machine can produce, from a real client; the daemon keeps serving after each."""
 import shutil
 import tempfile
-import time
 from pathlib import Path
 
 import msgpack
@@ -18,6 +17,7 @@ from jevany_client.errors import (
     UnknownModelError,
 )
 from jevany_daemon import workloads
+from jevany_daemon.parity import answer_problems, compare, non_finite
 
 from .daemons import Daemon
 
@@ -97,7 +97,7 @@ def test_errors_from_the_worker_come_back_typed(shared_daemon):
         assert "this deployment serves" in err.value.message
         with pytest.raises(ContextLengthError):
             client.call("decide", {"state": "word " * 200, "questions": GOOD["questions"]})
-        with pytest.raises(InvalidRequestError, match="at most 4096|options"):
+        with pytest.raises(InvalidRequestError, match=r"^questions\.q\.criteria: must hold 1 to 4096 options, got 5000$"):
             client.call("decide", {"state": "s", "questions": {"q": {"type": "choice",
                                                                      "criteria": {f"o{i}": None for i in range(5000)}}}})
         with pytest.raises(ForbiddenError):
@@ -143,10 +143,9 @@ def test_overloaded_with_a_small_queue(start_daemon):
 def test_an_oversized_message_gets_a_clear_error_not_a_timeout(start_daemon):
     daemon = start_daemon("--max-message-bytes", "100000")
     with daemon.client(timeout=30) as client:
-        started = time.monotonic()
+        # a typed error, not the JevTimeoutError a message ZeroMQ dropped would end in
         with pytest.raises(InvalidRequestError, match=r"accepts at most 100,000 \(its --max-message-bytes"):
             client.call("decide", {**GOOD, "state": "x" * 150_000})
-        assert time.monotonic() - started < 2
         assert client.ping()["pong"] is True
     assert daemon.stop() == 0
 
@@ -161,4 +160,70 @@ def test_shutting_down_after_drain(start_daemon):
         assert err.value.retryable and "drained" in err.value.message
         assert client.status()["state"] == "drained"       # the drain finished; it is not still going
         assert client.ping()["pong"] is True
+    assert daemon.stop() == 0
+
+
+def _nan_for_one_word(model_dir: Path, out: Path, loaded_model, others: list) -> tuple[Path, str]:
+    """A copy of the tiny pointer model whose embedding is NaN for one word none of `others` uses.
+
+    A real model fault, no code injected: every pass holding that word comes
+    out NaN in that request's row alone (rows of a batch never mix).
+    """
+    from safetensors.torch import load_file, save_file
+    import torch
+
+    from jevany_daemon.config import EngineConfig
+    from jevany_daemon.engine.engine import Engine
+
+    engine = Engine(loaded_model("qwen3", "pointer"), EngineConfig())
+
+    def ids(body):
+        enc = engine.admit(body).encoded
+        return set(enc.prefix) | {t for b in enc.branches for t in b.tokens}
+
+    used = set().union(*map(ids, others))
+    word, poisoned = next((w, ids(_naming(w)) - used) for w in ("calibration", "punctuation", "explanation")
+                          if ids(_naming(w)) - used)
+    shutil.copytree(model_dir, out)
+    weights = load_file(out / "base" / "model.safetensors")
+    weights["model.embed_tokens.weight"][sorted(poisoned)] = float("nan")
+    save_file(weights, out / "base" / "model.safetensors", metadata={"format": "pt"})
+    assert torch.isnan(load_file(out / "base" / "model.safetensors")["model.embed_tokens.weight"]).any()
+    return out, word
+
+
+def _naming(word: str) -> dict:
+    return {"state": {"ticket": word}, "questions": {"q": {"type": "noul", "instructions": "urgent?"}}}
+
+
+def test_a_non_finite_answer_is_internal_for_its_request_alone(start_daemon, tiny_model, loaded_model, tmp_path):
+    mates = workloads.short(7, seed=30)
+    model, word = _nan_for_one_word(tiny_model("qwen3", "pointer"), tmp_path / "nan-word", loaded_model, mates)
+    daemon = start_daemon("--max-batch-size", "8", "--batch-policy", "greedy", "--max-padding-waste", "1",
+                          model=model)
+    bodies = mates[:3] + [_naming(word)] + mates[3:]
+    raw = Raw(daemon.endpoint)
+    try:
+        for i, body in enumerate(bodies):
+            raw.sock.send(msgpack.packb({"v": 1, "id": i, "op": "decide", "body": body}))
+        replies = {r["id"]: r for r in (msgpack.unpackb(raw.sock.recv()) for _ in bodies)}
+    finally:
+        raw.close()
+    assert non_finite(list(replies.values())) == []          # nothing non-finite on the wire
+    bad = replies.pop(3)
+    assert bad["ok"] is False and bad["error"]["code"] == "internal" and bad["error"]["retryable"] is False
+    assert "non-finite" in bad["error"]["message"]
+    assert all(r["ok"] for r in replies.values()), replies
+    got = [replies[i]["result"] for i in sorted(replies)]
+    from jevany_daemon.config import EngineConfig
+    from jevany_daemon.engine.engine import Engine
+
+    engine = Engine(loaded_model("qwen3", "pointer"), EngineConfig())
+    report = compare([engine.decide(b) for b in mates], got)
+    assert report["max_abs_diff"] <= 1e-5 and report["decisions_changed"] == []
+    assert [p for body, r in zip(mates, got) for p in answer_problems(body, r)] == []
+    status = daemon.status()
+    assert status["batching"]["non_finite"] >= 1 and status["requests"]["by_error_code"] == {"internal": 1}
+    assert status["workers"][0]["restarts"] == 0
+    still_serves(daemon)
     assert daemon.stop() == 0

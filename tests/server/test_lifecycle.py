@@ -13,46 +13,71 @@ import zmq
 
 from jevany_client import JevTimeoutError
 from jevany_daemon import workloads
+from jevany_daemon.config import EngineConfig
+from jevany_daemon.engine.engine import Engine
+from jevany_daemon.parity import answer_problems, compare
+
+from .daemons import wait_for
 
 GOOD = workloads.short(1, seed=4)[0]
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_signal_under_load_answers_everything_and_exits_clean(start_daemon, sig):
-    daemon = start_daemon("--max-batch-size", "4")
+    # The worker is stopped (SIGSTOP) while the signal arrives, so the drain cannot finish before
+    # the test has seen what it promises: everything accepted still queued, new work refused.
+    daemon = start_daemon("--max-batch-size", "4", "--heartbeat-timeout", "300")
+    worker = daemon.workers()[0]["pid"]
+    bodies = workloads.short(24, seed=8)
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.RCVTIMEO, 60_000)
     sock.connect(daemon.endpoint)
-    n = 24
-    for i, body in enumerate(workloads.short(n, seed=8)):
-        sock.send(msgpack.packb({"v": 1, "id": i, "op": "decide", "body": body}))
-    replies = [msgpack.unpackb(sock.recv())]     # scoring has begun
-    daemon.proc.send_signal(sig)
-    while len(replies) < n:
-        replies.append(msgpack.unpackb(sock.recv()))
+    os.kill(worker, signal.SIGSTOP)
+    try:
+        for i, body in enumerate(bodies):
+            sock.send(msgpack.packb({"v": 1, "id": i, "op": "decide", "body": body}))
+        wait_for(lambda: _held(daemon) == len(bodies), 60, "every request accepted")
+        daemon.proc.send_signal(sig)
+        wait_for(lambda: f"event=drain cause={signal.Signals(sig).name}" in daemon.log.read_text(), 60,
+                 "the drain begins")
+        sock.send(msgpack.packb({"v": 1, "id": "late", "op": "decide", "body": GOOD}))
+        late = msgpack.unpackb(sock.recv())
+    finally:
+        os.kill(worker, signal.SIGCONT)
+    replies = {r["id"]: r for r in (msgpack.unpackb(sock.recv()) for _ in bodies)}
     ctx.destroy(linger=0)
-    assert sorted(r["id"] for r in replies) == list(range(n))
-    outcomes = {"ok" if r["ok"] else r["error"]["code"] for r in replies}
-    assert outcomes <= {"ok", "shutting_down"}
-    assert sum(r["ok"] for r in replies) >= 1
+    assert late["id"] == "late" and late["error"]["code"] == "shutting_down"
+    assert sorted(replies) == list(range(len(bodies)))
+    assert all(r["ok"] for r in replies.values()), [r["error"] for r in replies.values() if not r["ok"]]
+    assert [p for i, body in enumerate(bodies) for p in answer_problems(body, replies[i]["result"])] == []
     assert daemon.proc.wait(60) == 0
     assert not daemon.socket.exists()
-    log = daemon.log.read_text()
-    assert f"event=drain cause={signal.Signals(sig).name}" in log and "event=stop exit_code=0" in log
+    assert "event=stop exit_code=0" in daemon.log.read_text()
 
 
-def test_client_timeout_then_success_on_the_same_client(start_daemon):
+def _held(daemon) -> int:
+    """Requests the daemon holds: queued, or handed to a worker and not yet answered."""
+    status = daemon.status()
+    return status["queue"]["depth"] + sum(w["inflight"] for w in status["workers"])
+
+
+def test_client_timeout_then_success_on_the_same_client(start_daemon, loaded_model):
     daemon = start_daemon()
+    late, after = workloads.mixed(200, seed=14, max_words=12), workloads.mixed(3, seed=15, max_words=12)
     with daemon.client(timeout=60) as client:
+        assert client.ping()["pong"] is True       # connected, so the 200 below really leave
         with pytest.raises(JevTimeoutError):
-            # 200 requests pipelined, 1 ms to wait: the replies come later and must be discarded
-            client.decide_many([GOOD] * 200, timeout=0.001)
-        result = client.call("decide", GOOD)
-        assert set(result["answers"]) == set(GOOD["questions"])
-        assert client.ping()["pong"] is True
+            # 200 distinct requests pipelined, 1 ms to wait: the replies come later and must be discarded
+            client.decide_many(late, timeout=0.001)
+        got = [client.call("decide", body) for body in after]
+        assert client.discarded > 0                # late replies did arrive while these calls waited
     daemon.stop()
+    # each call got the answer to its own body, not a late reply to one of the 200
+    engine = Engine(loaded_model("qwen3", "pointer"), EngineConfig())
+    report = compare([engine.decide(body) for body in after], got)
+    assert report["max_abs_diff"] <= 1e-5 and report["decisions_changed"] == [] and not report["mismatched"]
 
 
 def run_serve(*args, timeout=60):

@@ -1,7 +1,8 @@
 """Two workers on one queue: both take batches, both show in status, answers as from one; metrics move."""
+import os
 import shutil
+import signal
 import tempfile
-import threading
 import urllib.request
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from jevany_client import InvalidRequestError, ShuttingDownError
 from jevany_daemon import workloads
 from jevany_daemon.config import EngineConfig
-from jevany_daemon.parity import compare
+from jevany_daemon.parity import answer_problems, compare
 
 from .daemons import Daemon, wait_for
 
@@ -21,7 +22,8 @@ from .daemons import Daemon, wait_for
 @pytest.fixture(scope="module")
 def pool(tiny_model):
     d = Daemon(Path(tempfile.mkdtemp(prefix="jvd-")), tiny_model("qwen3", "pointer"),
-               "--workers", "2", "--max-batch-size", "4", "--metrics-port", "0")
+               "--workers", "2", "--max-batch-size", "4", "--metrics-port", "0",
+               "--heartbeat-timeout", "300")    # the metrics test stops the workers for a while
     try:
         d.wait_ready()
         yield d
@@ -39,6 +41,10 @@ def scrape(daemon) -> dict:
             for family in text_string_to_metric_families(text) for s in family.samples}
 
 
+def _held(metrics: dict) -> tuple:
+    return metrics[("jevany_queue_depth", ())], metrics[("jevany_inflight_requests", ())]
+
+
 def test_two_workers_both_take_batches_and_answer_like_one(pool, loaded_model):
     bodies = workloads.short(40, seed=17)
     with pool.client(timeout=120) as client:
@@ -53,27 +59,36 @@ def test_two_workers_both_take_batches_and_answer_like_one(pool, loaded_model):
     engine = Engine(loaded_model("qwen3", "pointer"), EngineConfig())
     report = compare([engine.decide(b) for b in bodies], results)
     assert report["max_abs_diff"] <= 1e-5 and report["decisions_changed"] == []
+    assert [p for body, r in zip(bodies, results) for p in answer_problems(body, r)] == []
 
 
 def test_metrics_serve_the_listed_series_and_move_under_load(pool):
     before = scrape(pool)
-    seen_depth, done = [], threading.Event()
-
-    def watch():
-        while not done.is_set():
-            sample = scrape(pool)
-            seen_depth.append((sample[("jevany_queue_depth", ())], sample[("jevany_inflight_requests", ())]))
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
+    bodies = workloads.short(96, seed=3)
+    # The workers are stopped (SIGSTOP) while the requests arrive, so the queue and the
+    # in-flight gauges surely show them, whenever the scrape comes.
+    stopped = [w["pid"] for w in pool.workers()]
+    ctx = zmq.Context()
     try:
-        with pool.client(timeout=120) as client:
-            client.decide_many(workloads.short(96, seed=3))
-            with pytest.raises(InvalidRequestError):
-                client.call("decide", {"state": "s", "questions": {}})
+        raw = ctx.socket(zmq.DEALER)
+        raw.setsockopt(zmq.LINGER, 0)
+        raw.connect(pool.endpoint)
+        for pid in stopped:
+            os.kill(pid, signal.SIGSTOP)
+        try:
+            for i, body in enumerate(bodies):
+                raw.send(msgpack.packb({"v": 1, "id": i, "op": "decide", "body": body}))
+            during = wait_for(lambda: _held(m := scrape(pool)) == (len(bodies) - 8, 8) and m, 60,
+                              "8 requests held by the stopped workers (4 each), the rest queued")
+        finally:
+            for pid in stopped:
+                os.kill(pid, signal.SIGCONT)
+        replies = [msgpack.unpackb(raw.recv()) for _ in bodies if raw.poll(120_000)]
     finally:
-        done.set()
-        watcher.join()
+        ctx.destroy(linger=0)
+    assert sorted(r["id"] for r in replies) == list(range(len(bodies))) and all(r["ok"] for r in replies)
+    with pool.client(timeout=120) as client, pytest.raises(InvalidRequestError):
+        client.call("decide", {"state": "s", "questions": {}})
     after = scrape(pool)
 
     def moved(name, labels=()):
@@ -90,7 +105,6 @@ def test_metrics_serve_the_listed_series_and_move_under_load(pool):
     assert moved("jevany_scoring_seconds_count") == moved("jevany_batch_size_count")
     assert moved("jevany_request_latency_seconds_count") == 96     # queued ones; the invalid one never was
     assert moved("jevany_tokens_total", {"kind": "real"}.items()) > 0
-    assert max(depth for depth, _ in seen_depth) > 0 and max(held for _, held in seen_depth) > 0
     assert after[("jevany_workers", (("state", "idle"),))] == 2
     assert after[("jevany_ready", ())] == 1 and after[("jevany_queue_max_depth", ())] == 1024
     info = [labels for (name, labels) in after if name == "jevany_model_info"]
