@@ -10,7 +10,7 @@ install: $(VENV)/.installed
 
 $(VENV)/.installed: pyproject.toml client/pyproject.toml constraints-cpu.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints-cpu.txt -e ./client -e '.[test,multimodal]'
+	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints-cpu.txt -e './client[plot]' -e '.[test,multimodal]'
 	touch $@
 
 # The demo serves the starter model, trained on the spot the first time (about a minute).
@@ -22,8 +22,11 @@ demo: install $(STARTER)/head.pt
 $(STARTER)/head.pt: | install
 	$(VENV)/bin/jevany-daemon tiny-model --trained $(STARTER)
 
+# Two pytest-xdist workers: most of the suite waits on daemons it started, so two at once
+# keep both cores busy. Tests share nothing on disk or on sockets (each has its own tmp dir);
+# loadfile keeps each file on one worker, in order, with its module-scoped daemon.
 test: install node-example
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n 2 --dist loadfile
 
 # The Node.js client example's packages (zeromq ships prebuilt binaries; nothing is compiled).
 # Without npm, or if the registry is unreachable, its test is skipped rather than failing the run.
