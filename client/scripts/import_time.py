@@ -14,6 +14,7 @@ import sys
 STATEMENTS = {
     "import jevany_client": "jevany_client",
     "from jevany_client import JevClient": "jevany_client.client",
+    "from jevany_client import AsyncJevClient": "jevany_client.async_client",
     "import jevany_client.cli": "jevany_client.cli",
 }
 HEAVY = ("torch", "transformers")
