@@ -14,6 +14,7 @@ import torch
 
 from jevany_client import WorkerLostError
 from jevany_daemon import workloads
+from jevany_daemon.parity import compare
 
 from .daemons import wait_for
 
@@ -66,7 +67,11 @@ def test_out_of_memory_rescores_alone_and_the_worker_keeps_serving(faulty_daemon
         (triggers / "oom").write_text("2")                 # fires on the first pass of two or more
         results = client.decide_many(bodies, return_exceptions=True)
     assert not (triggers / "oom").exists()                 # a batched pass hit it
-    assert all(isinstance(r, dict) and r["answers"] == expected["answers"] for r in results), results
+    assert all(isinstance(r, dict) for r in results), results
+    # rows that went on batched after the fault may differ from the lone pass in the last bits (the CPU's
+    # matmul blocks by batch size), so the same tolerance as the parity tests, not equality
+    report = compare([expected] * len(results), results)
+    assert report["max_abs_diff"] <= 1e-5 and report["decisions_changed"] == [], report
     worker = _worker(daemon)
     assert worker["pid"] == pid and worker["restarts"] == 0
     assert "worker_device_lost" not in daemon.log.read_text()
