@@ -11,13 +11,16 @@ import zmq.asyncio
 from .bodies import as_wire_body, decide_body
 from .calls import (
     ASK_LIMIT,
+    DROP_EVENTS,
     REMAINING,
     ClientOptions,
+    Drops,
     Exchange,
     Pause,
     connect,
     raise_first_error,
     read_reply,
+    retire_dropped_pipes,
     timeout_error,
 )
 from .errors import JevanyError
@@ -80,7 +83,7 @@ class AsyncJevClient(ClientOptions):
             context = zmq.asyncio.Context.shadow(context)    # same I/O threads, asyncio sockets
         self._context = context
         self._socket: zmq.asyncio.Socket | None = None
-        self._monitor: zmq.asyncio.Socket | None = None      # the socket's disconnect events
+        self._monitor: zmq.asyncio.Socket | None = None      # the socket's connection events
         self._tasks: list[asyncio.Task] = []
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pid: int | None = None
@@ -271,7 +274,7 @@ class AsyncJevClient(ClientOptions):
             self._new_id_space()
         context = zmq.asyncio.Context.instance() if self._context is None else self._context
         self._socket = connect(context, self.endpoints, self._curve)
-        self._monitor = self._socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._monitor = self._socket.get_monitor_socket(DROP_EVENTS)
         self._context, self._loop, self._pid = context, loop, os.getpid()
         self._tasks = [loop.create_task(self._read_replies(self._socket)),
                        loop.create_task(self._watch_disconnects(self._monitor))]
@@ -298,9 +301,17 @@ class AsyncJevClient(ClientOptions):
             entry.resend.cancel()
 
     async def _watch_disconnects(self, monitor: zmq.asyncio.Socket) -> None:
+        loop = asyncio.get_running_loop()
+        drops = Drops()
         while True:
-            await monitor.recv_multipart()
-            self._send_again()
+            try:
+                async with asyncio.timeout(drops.wait_s(loop.time())):
+                    frames = await monitor.recv_multipart()
+            except TimeoutError:
+                frames = None
+            if drops.note(frames, loop.time()):
+                retire_dropped_pipes(self._socket)
+                self._send_again()
 
     def _send_again(self) -> None:
         """A connection dropped: whatever it carried will never be answered, so send what

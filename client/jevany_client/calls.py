@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import zmq
+from zmq.utils.monitor import parse_monitor_message
 
 from .endpoints import endpoint_list, missing_sockets
 from .errors import InvalidRequestError, JevanyError, JevTimeoutError, JevUnreachableError, error_from_wire
@@ -39,6 +40,12 @@ _SEND_HWM = 10_000
 # ZeroMQ heartbeats find a daemon whose host vanished without closing the connection.
 _HEARTBEAT_IVL_MS = 2_000
 _HEARTBEAT_TIMEOUT_MS = 10_000
+
+# The socket events a client watches to resend what a dropped connection carried.
+DROP_EVENTS = zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
+# Resend this long after a drop even if its "retried" event never comes (a
+# connection refused for good, a context with several I/O threads).
+DROP_SETTLE_MAX_S = 0.25
 
 REMAINING = object()   # timeout_ms: tell the daemon how long this call has left
 ASK_LIMIT = object()
@@ -160,6 +167,43 @@ class ClientOptions:
                     f"accepts at most {limit:,} (its --max-message-bytes, JEVANY_MAX_MESSAGE_BYTES)",
                     request_id=rid)
         return payload
+
+
+class Drops:
+    """When to send again what a dropped connection carried.
+
+    libzmq reports a drop before it retires the connection's pipe: the I/O
+    thread emits the disconnect event, then closes the pipe and schedules the
+    reconnect, whose "connect retried" event comes next. A request sent in
+    between is routed into the dead pipe and lost with no further event (one
+    in five resends was lost that way with both cores busy), so the resend
+    waits for the next event, or DROP_SETTLE_MAX_S at most.
+    """
+
+    def __init__(self) -> None:
+        self.since: float | None = None    # when a drop was seen whose pipe may still be routed to
+
+    def note(self, frames: list[bytes] | None, now: float) -> bool:
+        """Take one monitor event (None: none came); True when it is time to send again."""
+        event = None if frames is None else parse_monitor_message(frames)["event"]
+        # any event after a drop's means the I/O thread has passed the step that retired its pipe
+        due = self.since is not None and (event is not None or now - self.since >= DROP_SETTLE_MAX_S)
+        if event == zmq.EVENT_DISCONNECTED:
+            self.since = now           # this drop's own pipe may still be routed to
+        elif due:
+            self.since = None
+        return due
+
+    def wait_s(self, now: float) -> float | None:
+        """How long until a drop's resend is due regardless; None when none is pending."""
+        return None if self.since is None else max(0.0, self.since + DROP_SETTLE_MAX_S - now)
+
+
+def retire_dropped_pipes(sock: zmq.Socket) -> None:
+    """Let the socket act on the pipe closures the I/O thread has queued for it, so a
+    send from now on is not routed into a dropped connection (reading ZMQ_EVENTS
+    processes the socket's pending commands, unlike a send, which may skip them)."""
+    sock.getsockopt(zmq.EVENTS)
 
 
 def read_reply(payload: bytes) -> tuple[str | int | None, Any]:

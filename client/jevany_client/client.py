@@ -13,13 +13,16 @@ import zmq
 from .bodies import as_wire_body, decide_body
 from .calls import (
     ASK_LIMIT,
+    DROP_EVENTS,
     REMAINING,
     ClientOptions,
+    Drops,
     Exchange,
     Pause,
     connect,
     raise_first_error,
     read_reply,
+    retire_dropped_pipes,
     timeout_error,
 )
 from .errors import JevanyError
@@ -82,7 +85,8 @@ class JevClient(ClientOptions):
                          client_public_key, client_secret_key)
         self._context = context
         self._socket: zmq.Socket | None = None
-        self._monitor: zmq.Socket | None = None     # the socket's disconnect events
+        self._monitor: zmq.Socket | None = None     # the socket's connection events
+        self._drops = Drops()
         self._poller: zmq.Poller | None = None
         self._pid: int | None = None
         self._owner: int | None = None
@@ -240,7 +244,8 @@ class JevClient(ClientOptions):
             self._new_id_space()
         context = zmq.Context.instance() if self._context is None else self._context
         self._socket = connect(context, self.endpoints, self._curve)
-        self._monitor = self._socket.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+        self._monitor = self._socket.get_monitor_socket(DROP_EVENTS)
+        self._drops = Drops()
         self._poller = zmq.Poller()
         self._poller.register(self._socket, zmq.POLLIN)
         self._poller.register(self._monitor, zmq.POLLIN)
@@ -252,24 +257,36 @@ class JevClient(ClientOptions):
         sock = self._socket_for_caller()
         exchange = _Exchange(step.requests, resends=step.resends)
         deadline = None if step.wait is None else time.monotonic() + step.wait
-        _disconnects(self._monitor)   # drops before this call cost none of its requests
+        self._read_drops()   # drops before this call cost none of its requests
         exchange.send_ready(sock)
         while exchange.awaited:
             poll_ms = _poll_ms(deadline)
             if poll_ms == 0:
                 break
             self._poller.modify(sock, zmq.POLLIN | (zmq.POLLOUT if exchange.unsent else 0))
-            ready = dict(self._poller.poll(poll_ms))
-            if ready.get(self._monitor) and _disconnects(self._monitor):
+            ready = dict(self._poller.poll(_sooner(poll_ms, self._drops.wait_s(time.monotonic()))))
+            resend = self._read_drops()
+            if resend:
+                retire_dropped_pipes(sock)
                 exchange.send_again()
             events = ready.get(sock, 0)
-            if events & zmq.POLLOUT or (exchange.unsent and self._monitor in ready):
+            if events & zmq.POLLOUT or (exchange.unsent and resend):
                 exchange.send_ready(sock)
             if events & zmq.POLLIN:
                 exchange.receive_ready(sock)
         self.discarded += exchange.discarded
         exchange.time_out(step, ", ".join(self.endpoints))
         return exchange.outcomes
+
+    def _read_drops(self) -> bool:
+        """Take the monitor's waiting events; True when a drop's requests should go again now."""
+        due = False
+        while True:
+            try:
+                frames = self._monitor.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return self._drops.note(None, time.monotonic()) or due
+            due = self._drops.note(frames, time.monotonic()) or due
 
 
 class _Exchange:
@@ -327,18 +344,14 @@ class _Exchange:
             self.outcomes[rid] = timeout_error(step, where, rid, rid in self.sent, self.unattributed)
 
 
-def _disconnects(monitor: zmq.Socket) -> int:
-    """Take the disconnect events waiting on the monitor socket; how many there were."""
-    seen = 0
-    while True:
-        try:
-            monitor.recv_multipart(zmq.NOBLOCK)
-        except zmq.Again:
-            return seen
-        seen += 1
-
-
 def _poll_ms(deadline: float | None) -> int | None:
     if deadline is None:
         return None
     return max(0, math.ceil((deadline - time.monotonic()) * 1000))
+
+
+def _sooner(poll_ms: int | None, seconds: float | None) -> int | None:
+    if seconds is None:
+        return poll_ms
+    ms = math.ceil(seconds * 1000)
+    return ms if poll_ms is None else min(poll_ms, ms)

@@ -20,6 +20,10 @@ Two more `decide` states:
                                kept, and status "arrivals" lists them by K
   {"duplicate_after": S, ...}  the echo at once, and the same reply again S
                                seconds later
+  {"keep_on": NAME, ...}       never answered by the daemon named NAME (status
+                               "kept" counts them), the echo at once elsewhere
+A ping's result names the daemon ("server"), so a client on several
+endpoints can tell which ones it has reached.
 """
 
 import argparse
@@ -53,6 +57,7 @@ class FakeDaemon:
         self.ok = 0
         self.errors: dict[str, int] = {}
         self.arrivals: dict[str, list[float]] = {}   # recorded requests' arrival times, by key
+        self.kept = 0
 
     def _bind(self, endpoint: str, is_control: bool = False) -> str:
         sock = self.context.socket(zmq.ROUTER)
@@ -112,7 +117,7 @@ class FakeDaemon:
         self.send(sock, envelope, error_reply(rid, err))
 
     def op_ping(self, sock, envelope, request) -> None:
-        self.reply_ok(sock, envelope, request.id, {"pong": True, "version": "test"})
+        self.reply_ok(sock, envelope, request.id, {"pong": True, "version": "test", "server": self.name})
 
     def op_status(self, sock, envelope, request) -> None:
         self.reply_ok(sock, envelope, request.id, self.status())
@@ -147,6 +152,9 @@ class FakeDaemon:
                   "pid": os.getpid(), "peer": envelope[0].hex()}
         if isinstance(state, dict) and "group" in state:
             return self.hold(sock, envelope, rid, result, state)
+        if isinstance(state, dict) and state.get("keep_on") == self.name:
+            self.kept += 1
+            return
         if isinstance(state, dict) and "duplicate_after" in state:
             due = time.monotonic() + state["duplicate_after"]
             heapq.heappush(self.due, (due, next(self.tie), sock, envelope, rid, result))
@@ -185,6 +193,7 @@ class FakeDaemon:
             "server": self.name,
             "held": {group: len(held) for group, held in self.groups.items()},
             "arrivals": self.arrivals,
+            "kept": self.kept,
         }
 
 
