@@ -2,10 +2,12 @@
 a duplicate reply is dropped, a control op is sent once, and retry pauses double from 50 ms."""
 import itertools
 import os
+import random
 
 import pytest
 
-from jevany_client import JevClient, Noul, OverloadedError, ShuttingDownError
+from jevany_client import JevClient, Noul, OverloadedError, ShuttingDownError, decide_body
+from jevany_client.calls import Exchange, Pause
 
 QUESTIONS = {"ok": Noul()}
 _keys = itertools.count()
@@ -57,3 +59,28 @@ def test_retry_pauses_double_from_50_ms(daemon):
     # only the lower bounds are certain (a sleep never ends early).
     for k, gap in enumerate(gaps):
         assert gap >= 0.05 * 2**k * 0.5, (k, gaps)
+
+
+@pytest.mark.parametrize("jitter", ["longest", "shortest"])
+def test_the_retry_pauses_are_exactly_50_ms_doubling_to_1_s_with_at_most_half_taken_off(monkeypatch, jitter):
+    """The pauses a call asks for, read off its tries without sleeping: upper and lower bounds both."""
+    monkeypatch.setattr(random, "uniform", lambda low, high: high if jitter == "longest" else low)
+    client = JevClient("tcp://127.0.0.1:9", timeout=None, retries=7)     # never connected: nothing is sent
+    tries = client._tries("decide", [decide_body("s", QUESTIONS)], None, None, False)
+    pauses, step, sent = [], next(tries), 0
+    try:
+        while True:
+            if isinstance(step, Exchange):
+                sent += 1
+                step = tries.send({rid: OverloadedError("busy", request_id=rid) for rid, _ in step.requests})
+            else:
+                assert isinstance(step, Pause)
+                pauses.append(step.seconds)
+                step = tries.send(None)
+    except StopIteration as done:
+        [outcome] = done.value
+    finally:
+        client.close()
+    assert isinstance(outcome, OverloadedError) and sent == 8            # the first try and seven retries
+    full = [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
+    assert pauses == pytest.approx(full if jitter == "longest" else [p / 2 for p in full])
