@@ -78,8 +78,10 @@ def test_metrics_serve_the_listed_series_and_move_under_load(pool):
         try:
             for i, body in enumerate(bodies):
                 raw.send(msgpack.packb({"v": 1, "id": i, "op": "decide", "body": body}))
-            during = wait_for(lambda: _held(m := scrape(pool)) == (len(bodies) - 8, 8) and m, 60,
-                              "8 requests held by the stopped workers (4 each), the rest queued")
+            # Each worker took up to 4 at a dispatch; how many depends on how many had arrived by
+            # then (one turn of the loop may see only the first request), never on a worker freeing.
+            wait_for(lambda: (held := _held(scrape(pool)))[0] + held[1] == len(bodies) and 2 <= held[1] <= 8,
+                     60, "every request shown queued or held by the stopped workers (1 to 4 each)")
         finally:
             for pid in stopped:
                 os.kill(pid, signal.SIGCONT)
