@@ -1,17 +1,26 @@
-"""The decision engine: prompts → layouts → readouts, batched by group commit. No sockets.
+"""The decision engine: admission → batching → passes → answers, with no sockets.
 
-prompts.py   request → tokens (native delimiters or choice-token chat prompt)
-layouts.py   tokens → one forward pass (rows, packed, or shared: prefix, then branches from its cache)
-masks.py     attention masks in which every query row has a key (CUDA returns NaN where none is)
-readouts.py  hidden states → probabilities (pointer, lm_token, choice)
+admission.py     a request validated and encoded; a hand-over admitted in one batched tokenization
+prompts.py       request → tokens (native delimiters or choice-token chat prompt)
+chat_prompt.py   the chat template rendered once: constant token ids around the user message
+batching.py      which requests share a pass, and who runs it (group commit)
+policy.py        when batching pays, learnt from the passes run
+layouts.py       tokens → forward passes (rows, packed, or shared: prefix, then branches from its cache)
+prefix_cache.py  prefixes already computed, kept LRU within entry and byte bounds; the head pinned
+prefix_reuse.py  passes that continue from the longest kept prefix (one forward; hybrid kept states: two)
+cache_rows.py    decoder caches as blocks of rows, every layer in one tensor: kept, joined, a few ops a pass
+pass_inputs.py   a pass's inputs as host lists, sent to the device in one copy
+masks.py         attention masks in which every query row has a key (CUDA returns NaN where none is)
+passes.py        one pass in two halves: launch (upload, queue the forward) and collect (wait, check, shape)
+stream.py        the device as a pass sees it: one copy in, one sync out; a simulated accelerator
+readouts.py      hidden states → probabilities on the device (pointer, lm_token, choice)
 native_blend.py  the choice readout pooled with a checkpoint's own readout (choice_native_weight)
+shaping.py       probabilities → answers, JevAny's self-check, usage counted per pass
+stats.py         one record per pass, and the running totals
 date_facts.py    day counts between the dates of a state, added to it before encoding (date_facts)
 media_pass.py    a media request's one pass: its files, then its prompt, through the vision tower
-batching.py  which requests share a pass, and who runs it (group commit)
-prefix_cache.py  prefixes already computed, kept LRU within entry and byte bounds; the head pinned
-prefix_reuse.py  passes that continue from the longest kept prefix (one pass, or two on hybrid models)
-cache_rows.py    decoder caches taken apart into request rows and joined back together
-faults.py    which failures stay with a request and which end the worker
-warmup.py    every path scored once before the worker reports ready
-engine.py    admit → batch → score → answers
+faults.py        which failures stay with a request and which end the worker
+probe.py         what a pass costs the host (forwards, ops, scalar reads): benchmarks and tests
+warmup.py        every path scored once before the worker reports ready
+engine.py        the Engine that composes them
 """

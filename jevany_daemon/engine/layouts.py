@@ -1,4 +1,4 @@
-"""How encoded requests become one forward pass: rows or packed.
+"""How encoded requests become forward passes: rows, packed or shared.
 
 Rows: one causal row per question (shared prefix + branch), right-padded.
 Exact on every architecture, recurrent layers included, because padding only
@@ -11,22 +11,32 @@ The mask is additive float, never boolean: eager attention silently
 misreads boolean 4D masks in the transformers version we pin.
 
 Shared: two passes. The prefixes of the batch, left-padded (padding before
-the first real token leaves a recurrent state at zero), fill a cache; the
-cache is replicated once per question, and the branches, right-padded,
-continue from it. The state runs once even on hybrid recurrent models, where
-packing is impossible.
+the first real token leaves a recurrent state at zero), fill a cache; each
+question's row continues its request's prefix from it, right-padded. The
+state runs once even on hybrid recurrent models, where packing is
+impossible.
+
+A layout works in two steps. ``prepare`` lays the batch out on the host and
+adds its integer lists to the pass's one upload (pass_inputs.py; the
+prefix cache's layouts may run the backbone once there, to pin the prompt's
+head the first time);
+``run`` then queues the forward(s) on the device from the uploaded tensors,
+masks included, and returns the hidden states at the readout positions.
+Every mask is built here, so the decoder never builds one of its own (which
+reads a device value to decide whether padding exists).
 
 No layout builds a query row that may attend to no key: CUDA turns such a
 row into NaN, which spreads into real tokens (masks.py). Right padding never
 does (a padded query sees the real tokens before it); left padding and
 packing give padded positions their own diagonal.
 """
-from dataclasses import dataclass
 from typing import Callable, NamedTuple
 
 import torch
 
-from .masks import block_causal_mask, padded_causal_mask
+from .cache_rows import Block, CacheKit, JoinPlan
+from .masks import block_causal_mask, continued_block_causal_mask, padded_causal_mask
+from .pass_inputs import Grid, Sent, Upload, gather_rows
 from .prompts import Encoded
 
 # Architectures whose layouts a test proves equal to rows
@@ -46,31 +56,26 @@ class Shape(NamedTuple):
     prefix: int = 0    # its prefix, when that runs in a pass of its own
 
 
-def _gather(hidden: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
-    # A model spread over GPUs returns its states on the last one, not where the inputs went.
-    return hidden.reshape(-1, hidden.shape[-1]).index_select(0, index.to(hidden.device, non_blocking=True))
+def padding_of(seg: torch.Tensor) -> torch.Tensor:
+    """[N, L] 0/1: where a grid holds real tokens."""
+    return (seg >= 0).long()
 
 
-@dataclass
-class ForwardInputs:
-    input_ids: torch.Tensor
-    attention_mask: torch.Tensor
-    position_ids: torch.Tensor | None
-    padding_mask: torch.Tensor | None   # [N, L] 0/1, given beside a 4D attention_mask
-    gather: torch.Tensor          # flat indices into [N*L] of every readout position, request by request
-    padded_tokens: int
+class OneForward:
+    """A prepared pass of one forward over a grid, under a causal (rows) or block-causal (packed) mask."""
+
+    def __init__(self, sent: Sent, block_causal: bool):
+        self.sent, self.block_causal = sent, block_causal
+
+    def run(self, backbone: Backbone, dtype) -> tuple[torch.Tensor, int]:
+        s = self.sent
+        padding = padding_of(s.seg)
+        mask = block_causal_mask(s.seg, dtype) if self.block_causal else padded_causal_mask(padding, dtype)
+        hidden = backbone(input_ids=s.ids, attention_mask=mask, position_ids=s.pos, padding_mask=padding)
+        return gather_rows(hidden, s.gather), s.padded_tokens
 
 
-class _OnePass:
-    def forward(self, backbone: Backbone, encs: list[Encoded], pad_id: int, device, dtype):
-        """→ (hidden states at every readout position, padded tokens allocated)."""
-        inputs = self.build(encs, pad_id, device, dtype)
-        hidden = backbone(input_ids=inputs.input_ids, attention_mask=inputs.attention_mask,
-                          position_ids=inputs.position_ids, padding_mask=inputs.padding_mask)
-        return _gather(hidden, inputs.gather), inputs.padded_tokens
-
-
-class RowsLayout(_OnePass):
+class RowsLayout:
     name = "rows"
 
     @staticmethod
@@ -81,27 +86,18 @@ class RowsLayout(_OnePass):
     def real_tokens(enc: Encoded) -> int:
         return sum(enc.row_lengths)
 
-    def build(self, encs: list[Encoded], pad_id: int, device, dtype) -> ForwardInputs:
-        width = max(max(e.row_lengths) for e in encs)
-        rows = [e.prefix + b.tokens for e in encs for b in e.branches]
-        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        mask = torch.zeros((len(rows), width), dtype=torch.long)
-        gather = []
-        r = 0
+    def prepare(self, encs: list[Encoded], pad_id: int, upload: Upload, backbone: Backbone = None) -> OneForward:
+        grid = Grid(pad_id)
         for e in encs:
             for b in e.branches:
-                row = e.prefix + b.tokens
-                ids[r, : len(row)] = torch.tensor(row)
-                mask[r, : len(row)] = 1
-                gather += [r * width + len(e.prefix) + p for p in b.readout]
-                r += 1
-        return ForwardInputs(
-            ids.to(device), mask.to(device), None, None,
-            torch.tensor(gather, device=device), len(rows) * width,
-        )
+                row = [*e.prefix, *b.tokens]
+                r = grid.add(row, [1] * len(row), list(range(len(row))))
+                for p in b.readout:
+                    grid.read(r, len(e.prefix) + p)
+        return OneForward(grid.register(upload), block_causal=False)
 
 
-class PackedLayout(_OnePass):
+class PackedLayout:
     name = "packed"
 
     @staticmethod
@@ -112,35 +108,27 @@ class PackedLayout(_OnePass):
     def real_tokens(enc: Encoded) -> int:
         return enc.packed_length
 
-    def build(self, encs: list[Encoded], pad_id: int, device, dtype) -> ForwardInputs:
-        width = max(e.packed_length for e in encs)
-        n = len(encs)
-        ids = torch.full((n, width), pad_id, dtype=torch.long)
-        seg = torch.full((n, width), -1, dtype=torch.long)    # 0 = prefix, k = question k, -1 = padding
-        pos = torch.zeros((n, width), dtype=torch.long)
-        gather = []
-        for i, e in enumerate(encs):
+    def prepare(self, encs: list[Encoded], pad_id: int, upload: Upload, backbone: Backbone = None) -> OneForward:
+        grid = Grid(pad_id)
+        for e in encs:
             p = len(e.prefix)
-            ids[i, :p] = torch.tensor(e.prefix)
-            seg[i, :p] = 0
-            pos[i, :p] = torch.arange(p)
-            start = p
+            ids, seg, pos, reads = list(e.prefix), [0] * p, list(range(p)), []
             for k, b in enumerate(e.branches, 1):
-                end = start + len(b.tokens)
-                ids[i, start:end] = torch.tensor(b.tokens)
-                seg[i, start:end] = k
-                pos[i, start:end] = torch.arange(p, p + len(b.tokens))   # every branch restarts after the prefix
-                gather += [i * width + start + r for r in b.readout]
-                start = end
-        seg = seg.to(device)
-        return ForwardInputs(
-            ids.to(device), block_causal_mask(seg, dtype), pos.to(device), (seg >= 0).long(),
-            torch.tensor(gather, device=device), n * width,
-        )
+                reads += [len(ids) + r for r in b.readout]
+                ids += b.tokens
+                seg += [k] * len(b.tokens)
+                pos += range(p, p + len(b.tokens))     # every branch restarts after the prefix
+            r = grid.add(ids, seg, pos)
+            for c in reads:
+                grid.read(r, c)
+        return OneForward(grid.register(upload), block_causal=True)
 
 
 class SharedLayout:
     name = "shared"
+
+    def __init__(self):
+        self.kit: CacheKit | None = None      # learnt from the first prefix pass
 
     @staticmethod
     def shape(enc: Encoded) -> Shape:
@@ -150,56 +138,59 @@ class SharedLayout:
     def real_tokens(enc: Encoded) -> int:
         return enc.packed_length
 
-    def forward(self, backbone: Backbone, encs: list[Encoded], pad_id: int, device, dtype):
+    def prepare(self, encs: list[Encoded], pad_id: int, upload: Upload, backbone: Backbone = None):
         if all(len(e.branches) == 1 for e in encs):
-            return RowsLayout().forward(backbone, encs, pad_id, device, dtype)   # nothing to share
-        # Both passes' inputs go to the device before the first runs: a copy queued
-        # behind a pass would wait for it.
-        prefixes = self._prefixes(encs, pad_id)
-        owners, branches = self._branches(encs, pad_id, prefixes[1])
-        prefix_ids, prefix_mask, prefix_pos, owners, ids, mask, pos, gather = (
-            t.to(device) for t in (*prefixes, owners, *branches))
+            return RowsLayout().prepare(encs, pad_id, upload)    # nothing to share
+        prefixes = Grid(pad_id, left=True)
+        for e in encs:
+            prefixes.add(list(e.prefix), [0] * len(e.prefix), list(range(len(e.prefix))))
+        block = Block(len(encs), prefixes.width)      # filled by the prefix pass
+        branches, refs = Grid(pad_id), []
+        for i, e in enumerate(encs):
+            for b in e.branches:
+                r = branches.add(list(b.tokens), [1] * len(b.tokens), list(range(len(e.prefix),
+                                                                                len(e.prefix) + len(b.tokens))))
+                refs.append((block, i, len(e.prefix)))
+                for p in b.readout:
+                    branches.read(r, p)
+        return Continued(self, prefixes.register(upload), block, branches.register(upload), JoinPlan(refs), upload)
+
+
+class Continued:
+    """A prefix pass, then a pass whose rows continue it (SharedLayout's two forwards)."""
+
+    def __init__(self, layout: SharedLayout, prefixes: Sent, block: Block, branches: Sent, plan: JoinPlan,
+                 upload: Upload):
+        self.layout, self.prefixes, self.block, self.branches, self.plan = layout, prefixes, block, branches, plan
+        self.index = Joined(plan, upload)
+
+    def run(self, backbone: Backbone, dtype) -> tuple[torch.Tensor, int]:
+        p = self.prefixes
+        padding = padding_of(p.seg)
         # Left padding: a padded query has no real key before it, so it keeps its diagonal.
-        _, cache = backbone(input_ids=prefix_ids, attention_mask=padded_causal_mask(prefix_mask, dtype),
-                            padding_mask=prefix_mask, position_ids=prefix_pos, return_cache=True)
-        cache.reorder_cache(owners)    # one copy of its request's state per question
-        hidden = backbone(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache)
-        return _gather(hidden, gather), prefix_ids.numel() + ids.numel()
-
-    @staticmethod
-    def _branches(encs: list[Encoded], pad_id: int, prefix_mask: torch.Tensor):
-        """(owner request of each row, (ids, mask over prefix + branch, positions, gather)), right-padded."""
-        rows = [(i, e, b) for i, e in enumerate(encs) for b in e.branches]
-        width = max(len(b.tokens) for _, _, b in rows)
-        prefix_width = prefix_mask.shape[1]
-        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        pos = torch.zeros((len(rows), width), dtype=torch.long)
-        mask = torch.zeros((len(rows), prefix_width + width), dtype=torch.long)
-        gather = []
-        for r, (owner, e, b) in enumerate(rows):
-            n, p = len(b.tokens), len(e.prefix)
-            ids[r, :n] = torch.tensor(b.tokens)
-            pos[r, :n] = torch.arange(p, p + n)
-            mask[r, :prefix_width] = prefix_mask[owner]
-            mask[r, prefix_width: prefix_width + n] = 1
-            gather += [r * width + i for i in b.readout]
-        owners = torch.tensor([owner for owner, _, _ in rows])
-        return owners, (ids, mask, pos, torch.tensor(gather))
-
-    @staticmethod
-    def _prefixes(encs: list[Encoded], pad_id: int):
-        return left_padded([e.prefix for e in encs], pad_id)
+        _, cache = backbone(input_ids=p.ids, attention_mask=padded_causal_mask(padding, dtype), padding_mask=padding,
+                            position_ids=p.pos, return_cache=True)
+        kit = self.layout.kit = self.layout.kit or CacheKit(cache)
+        filled = kit.block(cache)
+        self.block.kv, self.block.conv, self.block.recurrent = filled.kv, filled.conv, filled.recurrent
+        hidden = self.index.forward(backbone, kit, self.branches, dtype)
+        return gather_rows(hidden, self.branches.gather), p.padded_tokens + self.branches.padded_tokens
 
 
-def left_padded(sequences: list[tuple[int, ...]], pad_id: int):
-    """(ids, 0/1 mask, positions) [N, longest], each sequence right-aligned: padding comes first."""
-    width = max(map(len, sequences))
-    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
-    mask = torch.zeros((len(sequences), width), dtype=torch.long)
-    pos = torch.zeros((len(sequences), width), dtype=torch.long)
-    for i, tokens in enumerate(sequences):
-        n = len(tokens)
-        ids[i, width - n:] = torch.tensor(tokens)
-        mask[i, width - n:] = 1
-        pos[i, width - n:] = torch.arange(n)
-    return ids, mask, pos
+class Joined:
+    """A pass whose rows continue cached rows: the join's index lists in the upload, and its forward."""
+
+    def __init__(self, plan: JoinPlan, upload: Upload):
+        self.plan = plan
+        self._kv = None if plan.shared is not None else upload.add(plan.kv_index)
+        self._rows = None if plan.shared is not None else upload.add(plan.row_index)
+        self._padding = upload.add(plan.padding())
+        self.upload = upload
+
+    def forward(self, backbone: Backbone, kit: CacheKit, grid: Sent, dtype, return_cache: bool = False):
+        plan, up = self.plan, self.upload
+        cache = kit.join(plan, None if self._kv is None else up[self._kv], None if self._rows is None else up[self._rows])
+        cached = up[self._padding].view(len(plan.refs), plan.width)
+        mask = continued_block_causal_mask(cached, grid.seg, dtype)
+        return backbone(input_ids=grid.ids, attention_mask=mask, position_ids=grid.pos, padding_mask=padding_of(grid.seg),
+                        cache=cache, return_cache=return_cache)

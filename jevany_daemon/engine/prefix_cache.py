@@ -30,7 +30,7 @@ def _locked(method):
 
 @dataclass
 class Entry:
-    cache: object     # a decoder cache holding one row: the prefix's keys, values and recurrent states
+    cache: object     # a block of one row (cache_rows.py): the prefix's keys, values and recurrent states
     nbytes: int
     pinned: bool = False
 
@@ -180,6 +180,8 @@ class PrefixCache:
 
 def cache_nbytes(cache) -> int:
     """Bytes of every tensor a decoder cache holds (attention keys and values, recurrent and conv states)."""
+    if isinstance(getattr(cache, "nbytes", None), int):     # a cache_rows.Block
+        return cache.nbytes
     total = 0
     for layer in cache.layers:
         for value in vars(layer).values():

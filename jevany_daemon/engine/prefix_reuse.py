@@ -8,36 +8,52 @@ long enough to be worth it is kept.
 
 How a batch runs depends on the architecture:
 
-- OnePass (attention only, where packing is proven): one packed row per
+- PackedReuse (attention only, where packing is proven): one packed row per
   distinct stem (its part not yet computed, then every branch of every
   request on it) continuing from the cached rows under a block-causal mask.
   A new state's keys are cut out of the pass's cache afterwards, so a miss
-  costs one pass, as it would with no cache.
-- TwoPass (hybrid recurrent models): a recurrent state exists only at the end
-  of what a pass computed, so the stems run first and the branches continue
-  from them, as in the shared layout. Padding may come before a recurrence's
-  first token but never after a cached state, so stems that continue a
-  cached state run in passes of one new length each; stems that would only
-  save the short head run from their first token, left-padded, together.
+  costs one forward, as it would with no cache.
+- RowReuse (hybrid recurrent models): one row per question, continuing its
+  stem's cached prefix; a row computes whatever of its stem the cache lacks,
+  right-padded after it, so a batch of misses is one forward. A recurrent
+  state exists only at the end of what a pass computed, so a stem to be
+  kept (or shared by rows enough to be worth computing once) runs first, in
+  a stem pass, and its rows continue it. Padding may come before a
+  recurrence's first token but never after a cached state, so stems that
+  continue a cached state run in stem passes of one new length each; stems
+  that would only save the short head run from their first token,
+  left-padded, together.
+
+Prepared on the host (their lookups, layout and every index list in the
+pass's one upload), they run on the device with a few ops of bookkeeping per
+pass (cache_rows.py), whatever the depth.
 """
 from dataclasses import dataclass, field
 
-import torch
-
-from .cache_rows import join_rows, take_rows
-from .layouts import Backbone, Shape, _gather, left_padded
-from .masks import block_causal_mask, continued_block_causal_mask, padded_causal_mask
+from .cache_rows import Block, CacheKit, JoinPlan
+from .layouts import Backbone, Joined, Shape, padding_of
+from .masks import block_causal_mask, padded_causal_mask
+from .pass_inputs import Grid, Sent, Upload, gather_rows
 from .prefix_cache import PrefixCache
 from .prompts import Encoded
 
+# A stem that several rows of a hybrid model's pass continue, and that the
+# cache will not keep, runs once in a stem pass of its own when computing it
+# again in every row would cost more than this many extra tokens; else every
+# row computes it and the batch is one forward. One more forward costs every
+# layer's dispatch again: on a GPU mostly that (stream.asynchronous), on a
+# CPU some compute too, so a CPU recomputes less before it pays for a pass.
+SHARE_TOKENS = {False: 256, True: 2048}
 
-@dataclass
+
+@dataclass(eq=False)
 class _Stem:
     tokens: tuple[int, ...]
-    cached: int                 # leading tokens the cache holds (all of them, once computed)
-    row: object | None          # their single-row decoder cache
+    cached: int                 # leading tokens the cache holds
+    entry: Block | None         # what holds them
     requests: list[int] = field(default_factory=list)   # batch positions of the requests on this stem
     base: tuple[int, ...] | None = None                  # the entry the stem continues, if any
+    source: tuple[Block, int] | None = None              # (block, row) once a stem pass computes it
 
     def __post_init__(self):
         self.base = self.tokens[:self.cached] if self.cached else None
@@ -48,21 +64,22 @@ class _Stem:
 
 
 class _Reuse:
-    def __init__(self, memory: PrefixCache, head: tuple[int, ...] = ()):
-        self.memory, self.head = memory, head
+    name = "reuse"
+
+    def __init__(self, memory: PrefixCache, head: tuple[int, ...], stream, dtype):
+        self.memory, self.head, self.stream, self.dtype = memory, head, stream, dtype
+        self.kit: CacheKit | None = None       # learnt from the first cache a pass returns
+        self.share_tokens = SHARE_TOKENS[stream.asynchronous]
 
     def _tails(self, enc: Encoded) -> list[tuple[int, ...]]:
         # what each question adds after the stem: the rest of the shared prefix, then its branch
         rest = enc.prefix[len(enc.stem):]
         return [rest + b.tokens for b in enc.branches]
 
-    def real_tokens(self, enc: Encoded) -> int:
-        return len(enc.stem) - self.memory.peek(enc.stem) + sum(map(len, self._tails(enc)))
-
-    def _stems(self, backbone: Backbone, encs: list[Encoded], device) -> dict[tuple[int, ...], _Stem]:
+    def _stems(self, backbone: Backbone, encs: list[Encoded]) -> dict[tuple[int, ...], _Stem]:
         """Each distinct stem of the batch, with what the cache holds of it."""
         if self.head and self.head not in self.memory.pinned():
-            self._pin_head(backbone, device)
+            self._pin_head(backbone)
         stems: dict[tuple[int, ...], _Stem] = {}
         for i, enc in enumerate(encs):
             if enc.stem not in stems:
@@ -70,15 +87,22 @@ class _Reuse:
             stems[enc.stem].requests.append(i)
         return stems
 
-    def _pin_head(self, backbone: Backbone, device) -> None:
+    def _pin_head(self, backbone: Backbone) -> None:
+        """Compute the prompt's head once (a forward of its own, the first time only) and pin it."""
         n = len(self.head)
-        ids = torch.tensor([self.head], device=device)
-        _, cache = backbone(input_ids=ids, attention_mask=torch.ones_like(ids),
-                            position_ids=torch.arange(n, device=device)[None], return_cache=True)
-        if not self.memory.pin(self.head, take_rows(cache, [n])[0]):
+        grid = Grid(0)
+        grid.add(list(self.head), [0] * n, list(range(n)))
+        upload = Upload()
+        sent = grid.register(upload)
+        upload.send(self.stream)
+        padding = padding_of(sent.seg)
+        _, cache = backbone(input_ids=sent.ids, attention_mask=padded_causal_mask(padding, self.dtype),
+                            padding_mask=padding, position_ids=sent.pos, return_cache=True)
+        self.kit = self.kit or CacheKit(cache)
+        if not self.memory.pin(self.head, self.kit.take(cache, 0, 0, n)):
             self.head = ()     # bigger than the whole byte bound: computed with every request instead
 
-    def _keep(self, stem: _Stem, row) -> None:
+    def _keep(self, stem: _Stem, row: Block) -> None:
         self.memory.put(stem.tokens, row, extends=stem.base)
 
     def forget(self, encs: list[Encoded]) -> None:
@@ -88,130 +112,173 @@ class _Reuse:
                 self.memory.drop(enc.stem[:n])
 
 
-class OnePass(_Reuse):
-    name = "reuse"
+class PackedReuse(_Reuse):
+    """Attention only: one packed row per distinct stem, continuing what the cache holds of it."""
 
     def shape(self, enc: Encoded) -> Shape:
         return Shape(1, self.real_tokens(enc))
 
-    def forward(self, backbone: Backbone, encs: list[Encoded], pad_id: int, device, dtype):
-        stems = list(self._stems(backbone, encs, device).values())
-        rows = []           # per stem: (ids, segment, position) lists
-        readouts = {}       # request index -> [(row, position)...], question by question
+    def real_tokens(self, enc: Encoded) -> int:
+        return len(enc.stem) - self.memory.peek(enc.stem) + sum(map(len, self._tails(enc)))
+
+    def prepare(self, encs: list[Encoded], pad_id: int, upload: Upload, backbone: Backbone) -> "_PackedJob":
+        stems = list(self._stems(backbone, encs).values())
+        grid = Grid(pad_id)
+        reads: dict[int, list[tuple[int, int]]] = {}     # request -> [(row, column)...], question by question
         for r, stem in enumerate(stems):
             ids, seg = list(stem.new), [0] * len(stem.new)
             pos = list(range(stem.cached, len(stem.tokens)))
             k = 0
             for i in stem.requests:
-                readouts[i] = []
+                reads[i] = []
                 for tail, branch in zip(self._tails(encs[i]), encs[i].branches):
                     k += 1
-                    start, rest = len(ids), len(tail) - len(branch.tokens)
+                    start = len(ids) + len(tail) - len(branch.tokens)
                     ids += tail
                     seg += [k] * len(tail)
                     pos += range(len(stem.tokens), len(stem.tokens) + len(tail))
-                    readouts[i] += [(r, start + rest + p) for p in branch.readout]
-            rows.append((ids, seg, pos))
-        width = max(len(ids) for ids, _, _ in rows)
-        n = len(rows)
-        ids = torch.full((n, width), pad_id, dtype=torch.long)
-        seg = torch.full((n, width), -1, dtype=torch.long)
-        pos = torch.zeros((n, width), dtype=torch.long)
-        for r, (i, s, p) in enumerate(rows):
-            ids[r, :len(i)], seg[r, :len(s)], pos[r, :len(p)] = torch.tensor(i), torch.tensor(s), torch.tensor(p)
-        gather = torch.tensor([r * width + p for i in range(len(encs)) for r, p in readouts[i]])
-        cache, cached_width = None, 0
+                    reads[i] += [(r, start + p) for p in branch.readout]
+            grid.add(ids, seg, pos)
+        for i in range(len(encs)):
+            for r, c in reads[i]:
+                grid.read(r, c)
+        joined = None
         if any(stem.cached for stem in stems):
-            cache, cached = join_rows([stem.row for stem in stems], [stem.cached for stem in stems])
-            cached_width = cached.shape[1]
-            mask = continued_block_causal_mask(cached.to(device), seg.to(device), dtype)
-        else:
-            mask = block_causal_mask(seg.to(device), dtype)
+            refs = [(stem.entry, 0, stem.cached) if stem.cached else None for stem in stems]
+            joined = Joined(JoinPlan(refs), upload)
         keep = [r for r, stem in enumerate(stems) if stem.new and self.memory.eligible(stem.tokens)]
-        out = backbone(input_ids=ids.to(device), attention_mask=mask, position_ids=pos.to(device),
-                       padding_mask=(seg >= 0).long().to(device), cache=cache, return_cache=bool(keep))
+        return _PackedJob(self, stems, grid.register(upload), joined, keep)
+
+
+class _PackedJob:
+    def __init__(self, reuse: PackedReuse, stems: list[_Stem], sent: Sent, joined: Joined | None, keep: list[int]):
+        self.reuse, self.stems, self.sent, self.joined, self.keep = reuse, stems, sent, joined, keep
+
+    def run(self, backbone: Backbone, dtype):
+        s, reuse, keep = self.sent, self.reuse, bool(self.keep)
+        if self.joined is not None:
+            out = self.joined.forward(backbone, reuse.kit, s, dtype, return_cache=keep)
+        else:
+            out = backbone(input_ids=s.ids, attention_mask=block_causal_mask(s.seg, dtype), position_ids=s.pos,
+                           padding_mask=padding_of(s.seg), return_cache=keep)
         hidden, cache = out if keep else (out, None)
         if keep:
-            # A stem's keys: what was cached, then what this pass computed right after it.
-            spans = take_rows(cache, [len(stems[r].tokens) for r in keep],
-                              [cached_width + len(stems[r].new) for r in keep], rows=keep)
-            for r, row in zip(keep, spans):
-                self._keep(stems[r], row)
-        return _gather(hidden, gather.to(device)), n * width
+            reuse.kit = reuse.kit or CacheKit(cache)
+            cached = 0 if self.joined is None else self.joined.plan.width
+            for r in self.keep:
+                # A stem's keys: what was cached (the end of its left-padded span), then what this pass computed.
+                stem = self.stems[r]
+                reuse._keep(stem, reuse.kit.take(cache, r, cached - stem.cached, cached + len(stem.new)))
+        return gather_rows(hidden, s.gather), s.padded_tokens
 
 
-class TwoPass(_Reuse):
-    name = "reuse"
+class RowReuse(_Reuse):
+    """Hybrid recurrent models: a row per question continuing its stem; stems worth keeping run first."""
 
     def shape(self, enc: Encoded) -> Shape:
-        tails = self._tails(enc)
-        return Shape(len(tails), max(map(len, tails)), len(enc.stem) - self.memory.peek(enc.stem))
+        tails, new = self._tails(enc), len(enc.stem) - self.memory.peek(enc.stem)
+        if self._runs_first(enc.stem, new, len(tails)):
+            return Shape(len(tails), max(map(len, tails)), new)
+        return Shape(len(tails), new + max(map(len, tails)))
 
-    def forward(self, backbone: Backbone, encs: list[Encoded], pad_id: int, device, dtype):
-        stems = self._stems(backbone, encs, device)
-        padded = self._compute_stems(backbone, [s for s in stems.values() if s.new], pad_id, device, dtype)
-        cache, stem_mask = join_rows([stems[e.stem].row for e in encs], [len(e.stem) for e in encs])
-        owners, ids, mask, pos, gather = (t.to(device) for t in self._branches(encs, pad_id, stem_mask))
-        cache.reorder_cache(owners)    # one copy of its request's state per question
-        hidden = backbone(input_ids=ids, attention_mask=mask, position_ids=pos, cache=cache)
-        return _gather(hidden, gather), padded + ids.numel()
+    def real_tokens(self, enc: Encoded) -> int:
+        tails, new = self._tails(enc), len(enc.stem) - self.memory.peek(enc.stem)
+        repeats = 1 if self._runs_first(enc.stem, new, len(tails)) else len(tails)
+        return repeats * new + sum(map(len, tails))
 
-    def _compute_stems(self, backbone: Backbone, todo: list[_Stem], pad_id: int, device, dtype) -> int:
-        """Fill in every stem's row; → padded tokens allocated."""
+    def _runs_first(self, stem: tuple[int, ...], new: int, rows: int) -> bool:
+        """Whether a stem with `new` tokens to compute, read by `rows` rows, runs in a stem pass first."""
+        return new > 0 and (self.memory.eligible(stem) or (rows - 1) * new > self.share_tokens)
+
+    def prepare(self, encs: list[Encoded], pad_id: int, upload: Upload, backbone: Backbone) -> "_RowJob":
+        stems = self._stems(backbone, encs)
+        rows_on = {stem: sum(len(encs[i].branches) for i in s.requests) for stem, s in stems.items()}
+        first = [s for s in stems.values() if self._runs_first(s.tokens, len(s.new), rows_on[s.tokens])]
+        passes = [self._stem_pass(group, pad_id, upload) for group in self._groups(first)]
+        grid, refs = Grid(pad_id), []
+        for enc in encs:
+            stem = stems[enc.stem]
+            recompute = () if stem.source is not None or not stem.new else stem.new
+            start = len(enc.stem) - len(recompute)
+            if stem.source is not None:
+                ref = (*stem.source, len(stem.tokens))
+            else:
+                ref = (stem.entry, 0, stem.cached) if stem.cached else None
+            for tail, branch in zip(self._tails(enc), enc.branches):
+                ids = [*recompute, *tail]
+                r = grid.add(ids, [1] * len(ids), list(range(start, start + len(ids))))
+                refs.append(ref)
+                for p in branch.readout:
+                    grid.read(r, len(ids) - len(branch.tokens) + p)
+        joined = Joined(JoinPlan(refs), upload) if any(ref is not None for ref in refs) else None
+        return _RowJob(self, passes, grid.register(upload), joined)
+
+    def _groups(self, todo: list[_Stem]) -> list[list[_Stem]]:
+        """Stem passes: new stems from their first token together; continuations by new length."""
         pinned = set(self.memory.pinned())
         if len(todo) > 1:
             # Continuing the head alone saves too little to be worth a pass per length.
             fresh = [s for s in todo if not s.cached or s.base in pinned]
             if len(fresh) > 1:
                 for s in fresh:
-                    s.cached, s.row, s.base = 0, None, None
-        padded = 0
+                    s.cached, s.entry, s.base = 0, None, None
         by_length: dict[int, list[_Stem]] = {}
         for s in todo:
             by_length.setdefault(len(s.new) if s.cached else -1, []).append(s)
-        for length, group in by_length.items():
-            padded += (self._from_scratch if length < 0 else self._continue)(backbone, group, pad_id, device, dtype)
-            for s in group:
-                self._keep(s, s.row)
-        return padded
+        return list(by_length.values())
 
-    def _continue(self, backbone: Backbone, group: list[_Stem], pad_id: int, device, dtype) -> int:
-        """Stems that add the same number of tokens to what is cached: no padding after a state."""
-        cache, cached = join_rows([s.row for s in group], [s.cached for s in group])
-        ids = torch.tensor([s.new for s in group])
-        pos = torch.tensor([list(range(s.cached, len(s.tokens))) for s in group])
-        mask = torch.cat([cached, torch.ones_like(ids)], dim=1)
-        _, cache = backbone(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=pos.to(device),
-                            cache=cache, return_cache=True)
-        for s, row in zip(group, take_rows(cache, [len(s.tokens) for s in group])):
-            s.cached, s.row = len(s.tokens), row
-        return ids.numel()
+    def _stem_pass(self, group: list[_Stem], pad_id: int, upload: Upload) -> "_StemPass":
+        """One stem pass: from the first token, left-padded, or continuing cached rows with one new length."""
+        scratch = not group[0].cached
+        grid = Grid(pad_id, left=scratch)
+        for s in group:
+            grid.add(list(s.new), [1] * len(s.new), list(range(s.cached, len(s.tokens))))
+        joined = None if scratch else Joined(JoinPlan([(s.entry, 0, s.cached) for s in group]), upload)
+        sent = grid.register(upload)
+        block = Block(len(group), sent.width + (0 if joined is None else joined.plan.width))
+        for r, s in enumerate(group):
+            s.source = (block, r)
+        return _StemPass(group, sent, joined, block)
 
-    def _from_scratch(self, backbone: Backbone, group: list[_Stem], pad_id: int, device, dtype) -> int:
-        """Stems from their first token, left-padded: padding before a recurrence leaves its state at zero."""
-        ids, mask, pos = (t.to(device) for t in left_padded([s.tokens for s in group], pad_id))
-        # Left padding: a padded query has no real key before it, so it keeps its diagonal.
-        _, cache = backbone(input_ids=ids, attention_mask=padded_causal_mask(mask, dtype), padding_mask=mask,
-                            position_ids=pos, return_cache=True)
-        for s, row in zip(group, take_rows(cache, [len(s.tokens) for s in group])):
-            s.cached, s.row = len(s.tokens), row
-        return ids.numel()
 
-    def _branches(self, encs: list[Encoded], pad_id: int, stem_mask: torch.Tensor):
-        """(owner request of each row, ids, mask over stem + tail, positions, gather), right-padded."""
-        rows = [(i, len(e.stem), tail, b) for i, e in enumerate(encs) for tail, b in zip(self._tails(e), e.branches)]
-        width = max(len(tail) for _, _, tail, _ in rows)
-        stem_width = stem_mask.shape[1]
-        ids = torch.full((len(rows), width), pad_id, dtype=torch.long)
-        pos = torch.zeros((len(rows), width), dtype=torch.long)
-        mask = torch.zeros((len(rows), stem_width + width), dtype=torch.long)
-        gather = []
-        for r, (owner, p, tail, b) in enumerate(rows):
-            n, rest = len(tail), len(tail) - len(b.tokens)
-            ids[r, :n] = torch.tensor(tail)
-            pos[r, :n] = torch.arange(p, p + n)
-            mask[r, :stem_width] = stem_mask[owner]
-            mask[r, stem_width: stem_width + n] = 1
-            gather += [r * width + rest + i for i in b.readout]
-        owners = torch.tensor([owner for owner, _, _, _ in rows])
-        return owners, ids, mask, pos, torch.tensor(gather)
+@dataclass
+class _StemPass:
+    group: list[_Stem]
+    sent: Sent
+    joined: Joined | None
+    block: Block                # what the pass computes: each stem's row, its real positions last
+
+
+class _RowJob:
+    def __init__(self, reuse: RowReuse, passes: list[_StemPass], sent: Sent, joined: Joined | None):
+        self.reuse, self.passes, self.sent, self.joined = reuse, passes, sent, joined
+
+    def run(self, backbone: Backbone, dtype):
+        reuse = self.reuse
+        padded = sum(p.sent.padded_tokens for p in self.passes)
+        for p in self.passes:
+            self._run_stems(backbone, p, dtype)
+        s = self.sent
+        if self.joined is not None:
+            hidden = self.joined.forward(backbone, reuse.kit, s, dtype)
+        else:
+            padding = padding_of(s.seg)
+            hidden = backbone(input_ids=s.ids, attention_mask=padded_causal_mask(padding, dtype), padding_mask=padding,
+                              position_ids=s.pos)
+        return gather_rows(hidden, s.gather), padded + s.padded_tokens
+
+    def _run_stems(self, backbone: Backbone, p: _StemPass, dtype) -> None:
+        reuse, s = self.reuse, p.sent
+        if p.joined is not None:
+            _, cache = p.joined.forward(backbone, reuse.kit, s, dtype, return_cache=True)
+        else:
+            padding = padding_of(s.seg)
+            # Left padding: a padded query has no real key before it, so it keeps its diagonal.
+            _, cache = backbone(input_ids=s.ids, attention_mask=padded_causal_mask(padding, dtype),
+                                padding_mask=padding, position_ids=s.pos, return_cache=True)
+        reuse.kit = reuse.kit or CacheKit(cache)
+        filled = reuse.kit.block(cache)
+        p.block.kv, p.block.conv, p.block.recurrent = filled.kv, filled.conv, filled.recurrent
+        for r, stem in enumerate(p.group):
+            if reuse.memory.eligible(stem.tokens):
+                reuse._keep(stem, p.block.row(r, len(stem.tokens)))

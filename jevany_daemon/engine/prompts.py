@@ -10,10 +10,13 @@ import re
 import string
 from dataclasses import dataclass
 from functools import cached_property
+from typing import NamedTuple
 
-from jevany_client.errors import ContextLengthError
+from jevany_client.errors import ContextLengthError, JevanyError
 from jevany_client.render import native_options, render
 from jevany_client.schema import DecisionRequest, Question
+
+from .chat_prompt import ChatPrompt
 
 # Option IDs of the choice-token readout: A-Z then a-z.
 CHOICE_IDS = string.ascii_uppercase + string.ascii_lowercase
@@ -80,6 +83,28 @@ def _at_least(text: str, per_token: int) -> int:
     return -(-len(text) // per_token)
 
 
+def encode_texts(tokenizer, texts: list[str]) -> list[list[int]]:
+    """Token ids of each text, without special tokens: one batched call on a fast tokenizer's backend
+    (what the tokenizer's own __call__ does, without its per-call Python), else one call each."""
+    ids: list[list[int]] = [[] for _ in texts]
+    todo = [i for i, t in enumerate(texts) if t]
+    if not todo:
+        return ids
+    backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+    if backend is not None:
+        for i, e in zip(todo, backend.encode_batch([texts[i] for i in todo], add_special_tokens=False)):
+            ids[i] = e.ids
+    else:
+        for i in todo:
+            ids[i] = tokenizer(texts[i], add_special_tokens=False)["input_ids"]
+    return ids
+
+
+class Failed(NamedTuple):
+    """A request of a batch its encoder refused (its limits), in place of its Encoded."""
+    error: JevanyError
+
+
 def escape_named_specials(text: str) -> str:
     # <|name|> can never reach the tokenizer intact, whatever the vocabulary holds.
     return _NAMED_SPECIAL.sub("<\u00a6\\1\u00a6>", text)
@@ -106,34 +131,69 @@ class NativeEncoder:
             text = text.replace(token, _defuse(_defuse(token, "<", "<\u00a6"), ">", "\u00a6>"))
         return text
 
-    def _tokens(self, text: str) -> list[int]:
-        if not text:
-            return []
-        return self.tokenizer(self.safe_text(text), add_special_tokens=False)["input_ids"]
-
     def encode(self, request: DecisionRequest, limits: Limits) -> Encoded:
+        out = self.encode_many([request], limits)[0]
+        if isinstance(out, Failed):
+            raise out.error
+        return out
+
+    def encode_many(self, requests: list[DecisionRequest], limits: Limits) -> list["Encoded | Failed"]:
+        """Every request's record; each piece of caller text tokenized on its own, all in one batched call."""
+        plans, texts = [], []
+        for request in requests:
+            try:
+                plans.append(self._texts(request, limits, texts))
+            except ContextLengthError as exc:
+                plans.append(Failed(exc))
+        ids = encode_texts(self.tokenizer, texts)
+        out = []
+        for plan in plans:
+            try:
+                out.append(plan if isinstance(plan, Failed) else self._record(plan, ids, limits))
+            except ContextLengthError as exc:
+                out.append(Failed(exc))
+        return out
+
+    def _texts(self, request: DecisionRequest, limits: Limits, texts: list[str]) -> list:
+        """The request's pieces of text, appended to texts; → [state index, [(question, instructions index,
+        [option index...])...]]. Refuses what cannot fit before tokenizing it."""
         state = render(request.state)
         if _at_least(state, self.per_token) >= limits.state:
             raise ContextLengthError(f"state exceeds {limits.state} tokens: at least "
                                      f"{_at_least(state, self.per_token) + 1}")
-        prefix = [self.state_id, *self._tokens(state)]
+        plan = [self._add(texts, state), []]
+        state_len = _at_least(state, self.per_token) + 1     # at least, with its STATE token
+        for question in request.questions:
+            instructions = render(question.instructions)
+            if state_len + _at_least(instructions, self.per_token) >= limits.branch:
+                raise ContextLengthError(f"branch too long: at least {state_len + _at_least(instructions, self.per_token)}"
+                                         f" tokens (limit: {limits.branch})")
+            options = native_options(question)
+            if self.symbols is not None:
+                options = [f"{self.symbols[i]}: {option}" for i, option in enumerate(options)]
+            plan[1].append((question, self._add(texts, instructions), [self._add(texts, o) for o in options]))
+        return plan
+
+    def _add(self, texts: list[str], text: str) -> int:
+        texts.append(self.safe_text(text) if text else "")
+        return len(texts) - 1
+
+    def _record(self, plan: list, ids: list[list[int]], limits: Limits) -> Encoded:
+        state, questions = plan
+        prefix = [self.state_id, *ids[state]]
         if len(prefix) > limits.state:
             raise ContextLengthError(f"state exceeds {limits.state} tokens: {len(prefix)}")
-        branches = tuple(self._branch(q, len(prefix), limits) for q in request.questions)
+        branches = tuple(self._branch(ids, instr, options, len(prefix), limits) for _, instr, options in questions)
         # JevAny counts the packed encoding as input, whichever layout runs it.
         return Encoded(tuple(prefix), branches, len(prefix) + sum(len(b.tokens) for b in branches))
 
-    def _branch(self, question: Question, state_len: int, limits: Limits) -> Branch:
-        instructions = render(question.instructions)
-        if state_len + _at_least(instructions, self.per_token) >= limits.branch:
-            raise ContextLengthError(f"branch too long: at least {state_len + _at_least(instructions, self.per_token)}"
-                                     f" tokens (limit: {limits.branch})")
-        tokens = [self.question_id, *self._tokens(instructions)]
+    def _branch(self, ids: list[list[int]], instructions: int, options: list[int], state_len: int,
+                limits: Limits) -> Branch:
+        tokens = [self.question_id, *ids[instructions]]
+        _check_row(state_len + len(tokens), limits)
         closes = []
-        for i, option in enumerate(native_options(question)):
-            if self.symbols is not None:
-                option = f"{self.symbols[i]}: {option}"
-            tokens += [self.open_id, *self._tokens(option), self.close_id]
+        for option in options:
+            tokens += [self.open_id, *ids[option], self.close_id]
             closes.append(len(tokens) - 1)
         tokens.append(self.decide_id)
         _check_row(state_len + len(tokens), limits)
@@ -164,6 +224,11 @@ class ChoiceEncoder:
             (t for t in tokenizer.all_special_tokens if t[:1] in ("<", "[")), key=len, reverse=True
         )
         self.per_token = max_token_chars(tokenizer)
+        self.fast = bool(getattr(tokenizer, "is_fast", False))
+        # The template rendered and its constant parts tokenized once, where that is exact.
+        self.chat_prompt = ChatPrompt.build(tokenizer, self._render) if self.chat and self.fast else None
+        # What the prompt adds around the user message, in characters, where that is the same for all.
+        self._frame = len(self._render("")) if self.chat_prompt is not None or not self.chat else None
 
     def safe_text(self, text: str) -> str:
         text = escape_named_specials(text)
@@ -172,14 +237,13 @@ class ChoiceEncoder:
         return text
 
     def prompt(self, request: DecisionRequest, question: Question) -> str:
-        return self._prompt(self._state_text(request), question)[0]
+        return self._render(self._user(self._state_text(request), question))
 
     def _state_text(self, request: DecisionRequest) -> str:
         return self.safe_text(_as_text(request.state, indent=1)).rstrip()
 
-    def _prompt(self, state: str, question: Question) -> tuple[str, int, int]:
-        """The prompt, and where in it the state starts and ends (characters)."""
-        user = "\n".join([
+    def _user(self, state: str, question: Question) -> str:
+        return "\n".join([
             state,
             "",
             self.safe_text(_as_text(question.instructions)).rstrip(),
@@ -189,38 +253,38 @@ class ChoiceEncoder:
             "",
             CHOICE_ANSWER_LINE,
         ])
+
+    def _render(self, user: str) -> str:
         if not self.chat:
-            text = f"{CHOICE_SYSTEM_PROMPT}\n\n{user}\n"
-        else:
-            messages = [{"role": "system", "content": CHOICE_SYSTEM_PROMPT}, {"role": "user", "content": user}]
-            text = self.tokenizer.apply_chat_template(
-                messages, tokenize=False, add_generation_prompt=True, enable_thinking=False
-            )
-        # The user message ends with the options and the answer line, so it cannot
-        # also occur in what the template appends after it.
-        start = max(0, text.rfind(user))
-        return text, start, start + len(state)
+            return f"{CHOICE_SYSTEM_PROMPT}\n\n{user}\n"
+        messages = [{"role": "system", "content": CHOICE_SYSTEM_PROMPT}, {"role": "user", "content": user}]
+        return self.tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True,
+                                                  enable_thinking=False)
 
     @cached_property
     def head(self) -> tuple[int, ...]:
         """The tokens every prompt starts with, before the state (system prompt and chat header)."""
-        text, start, _ = self._prompt("x", Question("q", "noul", None, None))
-        ids, within = self._tokenize(text, start)
+        ids, within = self._ids([self._user("x", Question("q", "noul", None, None))], [0])[0]
         return tuple(ids[:within])
 
-    def _tokenize(self, text: str, end: int) -> tuple[list[int], int]:
-        """text's token ids, and how many of them lie wholly before character `end`.
+    def _ids(self, users: list[str], ends: list[int]) -> list[tuple[list[int], int]]:
+        """Each user message's prompt ids, and how many of them lie wholly before character ends[i] of
+        the message (a token that straddles it is not counted: what follows may merge with it
+        differently in another prompt). One batched call on a fast tokenizer."""
+        if self.chat_prompt is not None:
+            return [(ids, _within(token_ends, end)) for (ids, token_ends), end in zip(self.chat_prompt.ids(users), ends)]
+        texts = [self._render(u) for u in users]
+        # The user message ends with the options and the answer line, so it cannot
+        # also occur in what the template appends after it.
+        starts = [max(0, t.rfind(u)) for t, u in zip(texts, users)]
+        if self.fast:
+            encodings = self.tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=False)
+            return [(e.ids, _within([b - start for _, b in e.offsets], end))
+                    for e, start, end in zip(encodings, starts, ends)]
+        return [self._slow(t, start + end) for t, start, end in zip(texts, starts, ends)]
 
-        A token that straddles `end` is not counted: what follows may merge
-        with it differently in another prompt.
-        """
-        if getattr(self.tokenizer, "is_fast", False):
-            out = self.tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-            ids, offsets = out["input_ids"], out["offset_mapping"]
-            within = 0
-            while within < len(ids) and offsets[within][1] <= end:
-                within += 1
-            return ids, within
+    def _slow(self, text: str, end: int) -> tuple[list[int], int]:
+        """A slow tokenizer has no offsets: the tokens text and text[:end] agree on, but the last."""
         ids = self.tokenizer(text, add_special_tokens=False)["input_ids"]
         before = self.tokenizer(text[:end], add_special_tokens=False)["input_ids"]
         within = 0
@@ -229,18 +293,47 @@ class ChoiceEncoder:
         return ids, within
 
     def encode(self, request: DecisionRequest, limits: Limits) -> Encoded:
-        self._check_state(request, limits.state)
+        out = self.encode_many([request], limits)[0]
+        if isinstance(out, Failed):
+            raise out.error
+        return out
+
+    def encode_many(self, requests: list[DecisionRequest], limits: Limits) -> list["Encoded | Failed"]:
+        """Every request's prompts, all questions of all requests tokenized in one batched call."""
         limit = min(limits.branch, limits.window, limits.choice or limits.window)
-        state = self._state_text(request)
-        spans = [self._prompt(state, q) for q in request.questions]
-        texts = [text for text, _, _ in spans]
-        for text in texts:
-            if _at_least(text, self.per_token) + 1 > limit:
-                raise ContextLengthError(f"the choice readout's prompt needs at least "
-                                         f"{_at_least(text, self.per_token) + 1} tokens including the answer; "
-                                         f"limit {limit}")
-        first, stem = self._tokenize(texts[0], spans[0][2])
-        prompts = [first] + [self.tokenizer(text, add_special_tokens=False)["input_ids"] for text in texts[1:]]
+        plans, users, ends = [], [], []     # ends: where each user message's state ends
+        for request in requests:
+            try:
+                state = self._state_text(request)
+                self._check_state(state, limits.state)
+                mine = [self._user(state, q) for q in request.questions]
+                for user in mine:
+                    self._check_chars(user, limit)
+                plans.append((len(users), len(mine)))
+                users += mine
+                ends += [len(state)] * len(mine)
+            except ContextLengthError as exc:
+                plans.append(Failed(exc))
+        encoded = self._ids(users, ends)
+        out = []
+        for plan in plans:
+            try:
+                out.append(plan if isinstance(plan, Failed) else self._record(encoded, *plan, limit))
+            except ContextLengthError as exc:
+                out.append(Failed(exc))
+        return out
+
+    def _check_chars(self, user: str, limit: int) -> None:
+        """Refuse a prompt whose characters alone prove it too long, before tokenizing it."""
+        chars = self._frame + len(user) if self._frame is not None else len(self._render(user))
+        n = -(-chars // self.per_token) + 1
+        if n > limit:
+            raise ContextLengthError(f"the choice readout's prompt needs at least {n} tokens including the "
+                                     f"answer; limit {limit}")
+
+    def _record(self, encoded: list, at: int, n: int, limit: int) -> Encoded:
+        prompts = [ids for ids, _ in encoded[at:at + n]]
+        stem = encoded[at][1]
         for p in prompts:
             # The answer token must fit too, as JevAny counts it.
             if len(p) + 1 > limit:
@@ -250,19 +343,25 @@ class ChoiceEncoder:
         branches = tuple(Branch(tuple(p[shared:]), (len(p) - shared - 1,)) for p in prompts)
         return Encoded(tuple(prompts[0][:shared]), branches, sum(len(p) for p in prompts), min(stem, shared))
 
-
-    def _check_state(self, request: DecisionRequest, limit: int) -> None:
+    def _check_state(self, state: str, limit: int) -> None:
         """max_state_tokens holds for this prompt too: the state's own tokens, as the user message holds it."""
-        state = self._state_text(request)
         if _at_least(state, self.per_token) > limit:
             raise ContextLengthError(f"state exceeds {limit} tokens: at least {_at_least(state, self.per_token)}")
         # A byte-level vocabulary never spends more than a token per byte, so a state
         # whose bytes fit needs no second tokenization.
         if len(state.encode()) + 1 <= limit:
             return
-        n = len(self.tokenizer(state, add_special_tokens=False)["input_ids"])
+        n = len(encode_texts(self.tokenizer, [state])[0])
         if n > limit:
             raise ContextLengthError(f"state exceeds {limit} tokens: {n}")
+
+
+def _within(ends: list[int], end: int) -> int:
+    """How many leading tokens (ending at ends[k]) lie wholly before character `end`."""
+    n = 0
+    while n < len(ends) and ends[n] <= end:
+        n += 1
+    return n
 
 
 def _common_prefix_length(prompts: list[list[int]]) -> int:

@@ -5,16 +5,16 @@ Every readout receives only the hidden states at the positions it reads
 needs, never the whole vocabulary at every position.
 
 On a GPU every host-device exchange in the middle of a pass waits for the
-kernels queued before it. So a readout builds its index tensors from the
-option counts before the pass (``plan``), and a pass's probabilities reach
-the host in one copy, however many questions it holds.
+kernels queued before it. So a readout lays out its index lists from the
+option counts before the pass (``plan``), in the pass's one upload, and
+returns its probabilities on the device: the engine brings every question's
+to the host in one copy.
 """
-from dataclasses import dataclass
-
 import torch
 
 from jevany_daemon.model.decision_model import DecisionModel
 
+from .pass_inputs import Upload
 from .prompts import CHOICE_IDS
 
 
@@ -25,31 +25,40 @@ def make_readout(model: DecisionModel, choice_temperature: float | None = None):
     return {"pointer": PointerReadout, "lm_token": TokenReadout}[model.readout](model)
 
 
-@dataclass(frozen=True)
 class Plan:
-    """Where each question's options sit, as index tensors on the model's device."""
-    counts: list[int]              # options per question, in order
-    width: int                     # columns of the [questions, width] grid the softmax runs on
-    cells: torch.Tensor            # flat grid position of every option, question by question
-    decide: torch.Tensor | None = None    # pointer: rows of the gathered states holding DECIDE
-    options: torch.Tensor | None = None   # pointer: rows holding each option's close token
-    owners: torch.Tensor | None = None    # pointer: the question of each option
+    """Where each question's options sit: index lists in the pass's upload, tensors once it is sent."""
+
+    def __init__(self, counts: list[int], width: int, upload: Upload, **lists: list[int]):
+        self.counts, self.width, self.upload = counts, width, upload
+        self._handles = {name: upload.add(values) for name, values in lists.items()}
+
+    def __getattr__(self, name: str) -> torch.Tensor:
+        # cells: flat grid position of every option, question by question; pointer only: decide
+        # (rows of the gathered states holding DECIDE), options (each option's close token), owners
+        # (the question of each option)
+        handles = self.__dict__.get("_handles", {})
+        if name not in handles:
+            raise AttributeError(name)
+        return self.upload[handles[name]]
 
 
 def _cells(counts: list[int], width: int) -> list[int]:
     return [q * width + j for q, k in enumerate(counts) for j in range(k)]
 
 
-def _softmax_to_host(logits: torch.Tensor, plan: Plan, temperature: float) -> list[list[float]]:
-    """Softmax per question over [sum(counts)] logits, on the device; then the pass's one copy to the host."""
+def _softmax(logits: torch.Tensor, plan: Plan, temperature: float) -> torch.Tensor:
+    """Softmax per question over [sum(counts)] logits, on the device: [sum(counts)] fp32 probabilities."""
     if temperature != 1.0:
         logits = logits / temperature
     grid = logits.new_full((len(plan.counts) * plan.width,), float("-inf"))
     grid.index_copy_(0, plan.cells, logits)
-    probs = grid.view(len(plan.counts), plan.width).softmax(-1).view(-1).index_select(0, plan.cells)
-    flat = probs.tolist()
+    return grid.view(len(plan.counts), plan.width).softmax(-1).view(-1).index_select(0, plan.cells)
+
+
+def split(flat: list[float], counts: list[int]) -> list[list[float]]:
+    """A pass's probabilities, as the host got them in one copy, question by question."""
     out, at = [], 0
-    for k in plan.counts:
+    for k in counts:
         out.append(flat[at: at + k])
         at += k
     return out
@@ -73,7 +82,7 @@ class PointerReadout:
         self.head, self.temperature = model.head, model.temperature
         self.max_options = model.max_options
 
-    def plan(self, counts: list[int], device) -> Plan:
+    def plan(self, counts: list[int], upload: Upload) -> Plan:
         # The gathered states come question by question: DECIDE, then its options.
         decide, options, owners, at = [], [], [], 0
         for q, k in enumerate(counts):
@@ -82,13 +91,12 @@ class PointerReadout:
             owners.extend([q] * k)
             at += 1 + k
         width = max(counts)
-        return Plan(counts, width, *(torch.tensor(x, device=device)
-                                     for x in (_cells(counts, width), decide, options, owners)))
+        return Plan(counts, width, upload, cells=_cells(counts, width), decide=decide, options=options, owners=owners)
 
-    def probabilities(self, hidden: torch.Tensor, plan: Plan) -> list[list[float]]:
+    def probabilities(self, hidden: torch.Tensor, plan: Plan) -> torch.Tensor:
         logits = self.head(hidden.index_select(0, plan.decide), hidden.index_select(0, plan.options),
                            plan.owners)
-        return _softmax_to_host(logits, plan, self.temperature)
+        return _softmax(logits, plan, self.temperature)
 
 
 class _LabelReadout:
@@ -96,13 +104,13 @@ class _LabelReadout:
 
     labels: int    # label columns label_logits returns
 
-    def plan(self, counts: list[int], device) -> Plan:
+    def plan(self, counts: list[int], upload: Upload) -> Plan:
         # The grid is the label scores themselves: question q's option j is column j of row q.
-        return Plan(counts, self.labels, torch.tensor(_cells(counts, self.labels), device=device))
+        return Plan(counts, self.labels, upload, cells=_cells(counts, self.labels))
 
-    def probabilities(self, hidden: torch.Tensor, plan: Plan) -> list[list[float]]:
+    def probabilities(self, hidden: torch.Tensor, plan: Plan) -> torch.Tensor:
         scores = self.label_logits(hidden.float())
-        return _softmax_to_host(scores.reshape(-1).index_select(0, plan.cells), plan, self.temperature)
+        return _softmax(scores.reshape(-1).index_select(0, plan.cells), plan, self.temperature)
 
 
 class TokenReadout(_LabelReadout):

@@ -220,12 +220,20 @@ def quiet():
 # 3 linear : 1 full), for tests of how values travel between layer types.
 # "starter" is the tiny width with one layer: the backbone the starter model
 # trains on the spot (jevany_daemon/starter), cheap enough to train in the tests.
+# "deep" is the tiny width at the real models' depth (Qwen3-0.6B's 28 layers,
+# Qwen3.5-0.8B's 24 in its pattern): what a pass costs the host in dispatch,
+# per layer, which decides GPU throughput (benchmarks/host_bench.py). "micro"
+# is that depth at width 16, the simulated accelerator's model: a forward that
+# is almost nothing but dispatch.
 _TINY = dict(hidden_size=256, intermediate_size=512, num_hidden_layers=4, num_attention_heads=4,
              num_key_value_heads=2, head_dim=64)
 SHAPES = {
     "tiny": _TINY,
     "tiny8": {**_TINY, "num_hidden_layers": 8},
     "starter": {**_TINY, "num_hidden_layers": 1},
+    "deep": {**_TINY, "num_hidden_layers": 28},
+    "micro": dict(hidden_size=16, intermediate_size=32, num_hidden_layers=28, num_attention_heads=2,
+                  num_key_value_heads=1, head_dim=8),
     "0.8b": dict(hidden_size=1024, intermediate_size=3584, num_hidden_layers=24, num_attention_heads=8,
                  num_key_value_heads=2, head_dim=256),
 }
@@ -235,6 +243,9 @@ LINEAR_SHAPES = {
     "tiny": _TINY_LINEAR,
     "tiny8": _TINY_LINEAR,
     "starter": _TINY_LINEAR,
+    "deep": _TINY_LINEAR,
+    "micro": dict(linear_num_key_heads=1, linear_num_value_heads=2, linear_key_head_dim=8,
+                  linear_value_head_dim=8),
     "0.8b": dict(linear_num_key_heads=16, linear_num_value_heads=16, linear_key_head_dim=128,
                  linear_value_head_dim=128),
 }
@@ -247,6 +258,8 @@ LAYER_TYPES = {
     "tiny": [_LINEAR, _FULL, _LINEAR, _FULL],
     "tiny8": [_LINEAR] * 3 + [_FULL] + [_LINEAR] * 3 + [_FULL],
     "starter": [_FULL],
+    "deep": ([_LINEAR] * 3 + [_FULL]) * 6,
+    "micro": ([_LINEAR] * 3 + [_FULL]) * 6,
     "0.8b": ([_LINEAR] * 3 + [_FULL]) * 6,
 }
 
@@ -268,6 +281,8 @@ def _model_config(arch: str, tokenizer, shape: str = "tiny"):
         return Qwen3Config(**common, tie_word_embeddings=True)
     if arch == "qwen3_5":
         # Untied, like the large Qwen3.5 checkpoints: readouts must use the real LM head.
+        # Its depth is its layer pattern's (24 in the deep shapes, as Qwen3.5-0.8B).
+        common["num_hidden_layers"] = len(LAYER_TYPES[shape])
         return Qwen3_5TextConfig(
             **common,
             tie_word_embeddings=False,

@@ -1,0 +1,143 @@
+"""Admission: a request validated against the model and its limits, and encoded, before it joins a batch.
+
+Requests handed over together are admitted together: their prompts are
+tokenized in one batched call (prompts.py), and each still gets its own
+typed error when it breaks a rule.
+"""
+import threading
+from dataclasses import dataclass, replace
+from typing import Any
+
+from jevany_client.errors import (ContextLengthError, InternalError, InvalidRequestError, JevanyError,
+                                  UnknownModelError, UnsupportedMediaError)
+from jevany_client.schema import DecisionRequest, parse_decision
+
+from .date_facts import TooLong, with_date_facts
+from .prompts import Encoded, Failed
+
+LATEST_ALIAS = "jevany-latest"
+MAX_MEDIA_QUESTIONS = 1     # JevAny's: a media request is scored alone, with one question
+
+
+@dataclass(eq=False)
+class Admitted:
+    """A validated, encoded request, ready to join a batch."""
+    request: DecisionRequest
+    encoded: Encoded
+    origin: str | None = None     # where the caller came from (the daemon: zmq or http); opaque here
+    native: Encoded | None = None  # its native-readout encoding, when the choice readout blends one in
+
+
+class Admission:
+    def __init__(self, engine):
+        self.engine = engine
+        self.tokenizer_lock = threading.Lock()   # fast tokenizers are not safe to share across threads
+
+    def admit_many(self, bodies: list[Any], origins: list[str | None]) -> list[Admitted | JevanyError]:
+        """Each body admitted, or the typed error it gets; one batched tokenization for them all."""
+        requests: list[DecisionRequest | JevanyError] = []
+        for body in bodies:
+            try:
+                requests.append(self._check(body))
+            except JevanyError as exc:
+                requests.append(exc)
+        ok = [r for r in requests if isinstance(r, DecisionRequest)]
+        engine = self.engine
+        with self.tokenizer_lock:
+            encoded = iter(_encode_all(engine.encoder, ok, engine.limits))
+            native = iter(_encode_all(engine.blend.encoder, ok, engine.limits) if engine.blend else [None] * len(ok))
+        out = []
+        for request, origin in zip(requests, origins):
+            if isinstance(request, JevanyError):
+                out.append(request)
+                continue
+            try:
+                out.append(self._admitted(request, next(encoded), next(native), origin))
+            except JevanyError as exc:
+                out.append(exc)
+        return out
+
+    def _admitted(self, request: DecisionRequest, encoded, native, origin) -> Admitted:
+        for enc in (encoded, native):
+            if isinstance(enc, Failed):
+                raise enc.error
+        # The configured layout's cost, cached or not: a request is admitted or refused
+        # the same whatever the cache holds at the moment. A blended request runs two
+        # passes, each of which must fit.
+        budget = self.engine.config.max_packed_tokens
+        for enc in [e for e in (encoded, native) if e is not None]:
+            shape = self.engine.layout.shape(enc)
+            cost = shape.rows * shape.width + shape.prefix
+            if cost > budget:
+                raise ContextLengthError(f"request exceeds {budget} packed tokens: {cost}")
+        return Admitted(request, encoded, origin, native=native)
+
+    def _check(self, body: Any) -> DecisionRequest:
+        """Validate; raises the typed error the caller should get."""
+        engine = self.engine
+        try:
+            request = body if isinstance(body, DecisionRequest) else parse_decision(body)
+        except JevanyError:
+            raise
+        except Exception as exc:   # noqa: BLE001 - a body the schema could not even read
+            raise InternalError(f"admission failed: {type(exc).__name__}: {exc}") from None
+        self._check_model(request)
+        if request.media:
+            self._check_media(request)
+        for q in request.questions:
+            if q.n_options > engine.max_options:
+                raise InvalidRequestError(
+                    f"questions.{q.qid}: the {engine.model.readout} readout supports at most "
+                    f"{engine.max_options} options, got {q.n_options}"
+                )
+        if engine.config.date_facts:
+            request = replace(request, state=self._with_date_facts(request.state))
+        return request
+
+    def _with_date_facts(self, state: Any) -> Any:
+        # Facts grow with the square of the dates: stop building them once the state
+        # could no longer fit its token limit, as the encoder would refuse it anyway.
+        per_token, limit = self.engine.encoder.per_token, self.engine.limits.state
+        try:
+            return with_date_facts(state, max_chars=limit * per_token)
+        except TooLong as exc:
+            raise ContextLengthError(f"state exceeds {limit} tokens: at least "
+                                     f"{-(-exc.chars // per_token)} with its date facts") from None
+
+    def _check_media(self, request: DecisionRequest) -> None:
+        """JevAny's order: the model takes media at all, each type, then one question per request."""
+        model = self.engine.model
+        if not model.multimodal:
+            raise UnsupportedMediaError("checkpoint does not support media")
+        served = getattr(model, "media_types", ())
+        for item in request.media:
+            if item.type not in served:
+                why = model.info.get("media_unavailable")
+                raise UnsupportedMediaError(f"this model does not serve {item.type} media"
+                                            + (f" ({why})" if why else ""))
+        if len(request.questions) > MAX_MEDIA_QUESTIONS:
+            raise InvalidRequestError(f"media requests support at most {MAX_MEDIA_QUESTIONS} question(s)")
+        if self.engine.blend is not None:
+            # The native pass reads its own prompt through the text layouts; it would drop the media.
+            raise UnsupportedMediaError("the choice readout's native blend (choice_native_weight) takes text only")
+
+    def _check_model(self, request: DecisionRequest) -> None:
+        model = self.engine.model
+        if request.model not in (None, model.model_id, LATEST_ALIAS):
+            raise UnknownModelError(
+                f"unknown model {request.model!r}; this deployment serves {model.model_id!r}"
+            )
+
+
+def _encode_all(encoder, requests: list[DecisionRequest], limits) -> list:
+    """encoder.encode_many; should it fail as a whole, each request alone, so a fault stays with its cause."""
+    try:
+        return encoder.encode_many(requests, limits)
+    except Exception:   # noqa: BLE001 - narrowed down request by request below
+        out = []
+        for request in requests:
+            try:
+                out.extend(encoder.encode_many([request], limits))
+            except Exception as exc:   # noqa: BLE001 - becomes this request's internal error
+                out.append(Failed(InternalError(f"admission failed: {type(exc).__name__}: {exc}")))
+        return out

@@ -1,0 +1,184 @@
+"""One pass, in two halves: launch (lay out, upload, queue the forward) and collect (wait, check, shape).
+
+Between the two the device runs and the host is free: the worker admits
+what arrived and forms the next pass then (server/worker.py). A pass talks
+to the device three times: one upload of every input it needs, the kernels
+it queues, one download of every probability it produced (stream.py). A
+failure may show at either half (on CUDA an error surfaces when the host
+waits); either way the pass failed, and each of its requests is scored
+again alone so an error stays with the request that caused it.
+"""
+from dataclasses import dataclass
+
+import torch
+
+from jevany_client.errors import InternalError, JevanyError
+
+from .faults import (DeviceLost, NonFiniteError, check_finite, is_device_lost, is_out_of_memory,
+                     release_cached_memory)
+from .media_pass import media_forward
+from .pass_inputs import Upload
+from .readouts import split
+from .shaping import answers_of, counted_text
+from .stats import BatchRecord
+from .stream import Ticket
+
+
+@dataclass(eq=False)
+class Launched:
+    """A pass on its way: what it holds, and its probabilities' ticket (or the error that stopped it)."""
+    batch: list                   # Admitted, in order
+    counts: list[int]             # options per question, request by request
+    real: int                     # real tokens it computes
+    width: int                    # its widest request (what the batch policy learns by)
+    ticket: Ticket | None = None
+    padded: int = 0
+    blended: bool = False         # its probabilities end with the native readout's, for the blend
+    error: BaseException | None = None
+    probs: list | None = None     # once waited for: per question
+    seconds: float = 0.0          # the pass's time, as the stream measured it
+
+
+class Passes:
+    """Launches and collects an engine's passes."""
+
+    def __init__(self, engine):
+        self.engine = engine
+
+    # --- launch -----------------------------------------------------------
+
+    def launch(self, batch: list) -> Launched:
+        """Queue one pass of these requests on the device; never raises (a failure rides in .error)."""
+        engine = self.engine
+        if engine.lost is not None:
+            raise engine.lost
+        costs = [engine.cost(a) for a in batch]
+        counts = [q.n_options for a in batch for q in a.request.questions]
+        launched = Launched(batch, counts, sum(r for _, r in costs), max(shape.width for shape, _ in costs),
+                            blended=engine.blend is not None)
+        try:
+            with torch.inference_mode():
+                self._queue(launched)
+        except Exception as exc:   # noqa: BLE001 - collect() turns it into per-request outcomes
+            launched.error = exc
+        return launched
+
+    def _queue(self, launched: Launched) -> None:
+        engine, batch = self.engine, launched.batch
+        model, stream = engine.model, engine.stream
+        began = stream.begin()
+        upload = Upload()
+        plan = engine.readout.plan(launched.counts, upload)
+        native_plan = engine.blend.readout.plan(launched.counts, upload) if launched.blended else None
+        media = batch[0].request.media      # alone in its batch (Pending.alone)
+        if media:
+            job = None
+        else:
+            job = engine.layout_for(batch[0]).prepare([a.encoded for a in batch], engine.pad_id, upload,
+                                                      engine._backbone)
+        native_job = (engine.layout.prepare([a.native for a in batch], engine.pad_id, upload, engine._backbone)
+                      if native_plan is not None else None)
+        upload.send(stream)      # every input of the pass, in one copy, before its first kernel
+        if media:
+            with engine.admission.tokenizer_lock:
+                gathered, padded = media_forward(model, batch[0].encoded, [(m.type, m.uri) for m in media])
+        else:
+            gathered, padded = job.run(engine._backbone, model.dtype)
+        probs = engine.readout.probabilities(gathered, plan)
+        if native_job is not None:
+            # The checkpoint's own readout on the same batch, in the configured layout (never the prefix cache).
+            hidden, extra = native_job.run(engine._backbone, model.dtype)
+            probs = torch.cat([probs, engine.blend.readout.probabilities(hidden, native_plan)])
+            padded += extra
+        launched.padded = padded
+        launched.ticket = stream.download(probs.float(), began)
+
+    # --- collect ----------------------------------------------------------
+
+    def collect(self, launched: Launched) -> list:
+        """Wait for a launched pass; → each request's result or JevanyError. Fails over to scoring alone."""
+        self.wait(launched)
+        return self.finish(launched)
+
+    def wait(self, launched: Launched) -> None:
+        """The pass's one sync: its probabilities reach the host (or its failure shows)."""
+        if launched.error is None and launched.probs is None:
+            try:
+                launched.probs, launched.seconds = self._probabilities(launched)
+            except Exception as exc:   # noqa: BLE001 - finish() handles it, as a launch failure
+                launched.error = exc
+
+    def finish(self, launched: Launched) -> list:
+        """A waited-for pass's outcomes: answers shaped, or its requests scored again alone."""
+        self._record(launched, launched.seconds)
+        if launched.error is not None:
+            return self._failed(launched)
+        return self._results(launched, launched.probs, round(launched.seconds * 1000, 1))
+
+    def _probabilities(self, launched: Launched) -> tuple[list[list[float]], float]:
+        flat, seconds = self.engine.stream.wait(launched.ticket)
+        n = sum(launched.counts)
+        probs = split(flat[:n], launched.counts)
+        check_finite(probs)    # CUDA kernels can return NaN where the CPU's return zeros
+        if launched.blended:
+            native = split(flat[n:], launched.counts)
+            check_finite(native)
+            probs = self.engine.blend.pool(probs, native)
+            check_finite(probs)
+        return probs, seconds
+
+    def _record(self, launched: Launched, seconds: float) -> None:
+        engine, ok = self.engine, launched.error is None
+        batch = launched.batch
+        rec = BatchRecord(len(batch), launched.padded, launched.real, round(seconds * 1000, 1), ok,
+                          tuple(sorted({a.origin for a in batch if a.origin is not None})))
+        engine.stats.record(rec)
+        if ok:
+            engine.policy.record(launched.width, len(batch), launched.real, seconds)
+        if engine.observer is not None:
+            engine.observer(rec)
+
+    def _failed(self, launched: Launched) -> list:
+        """A failed pass: its requests again alone, unless the device itself is gone."""
+        engine, exc, batch = self.engine, launched.error, launched.batch
+        if is_device_lost(exc):
+            engine.lost = exc if isinstance(exc, DeviceLost) else DeviceLost(
+                f"the device cannot run passes any more: {type(exc).__name__}: {exc}")
+            raise engine.lost from exc
+        if isinstance(exc, NonFiniteError):
+            engine.stats.non_finite += 1
+        if is_out_of_memory(exc):
+            release_cached_memory()
+        engine.forget(batch)      # a prefix this pass used may be what broke it
+        if len(batch) == 1:
+            return [_as_jevany_error(exc)]
+        engine.stats.retried_alone += len(batch)
+        return [self.collect(self.launch([a]))[0] for a in batch]
+
+    def _results(self, launched: Launched, probs: list[list[float]], latency_ms: float) -> list:
+        """Each request's reply, its answers checked; usage counted for the whole pass at once."""
+        engine, batch = self.engine, launched.batch
+        outcomes, at = [], 0
+        for a in batch:
+            n = len(a.request.questions)
+            outcomes.append(answers_of(a.request.questions, probs[at: at + n]))
+            at += n
+        replies = [o for o in outcomes if not isinstance(o, JevanyError)]
+        with engine.admission.tokenizer_lock:
+            counts = iter(engine.output_tokens.counts([counted_text(o) for o in replies]))
+        size, padded = len(batch), launched.padded
+        return [o if isinstance(o, JevanyError) else {
+            "model": engine.model.model_id,
+            "answers": o,
+            "usage": {"input_tokens": a.encoded.input_tokens, "output_tokens": next(counts)},
+            "latency_ms": latency_ms,
+            "batch": {"size": size, "padded_tokens": padded},
+        } for a, o in zip(batch, outcomes)]
+
+
+def _as_jevany_error(exc: BaseException) -> JevanyError:
+    if isinstance(exc, JevanyError):
+        return exc
+    if isinstance(exc, NonFiniteError):
+        return InternalError(str(exc))
+    return InternalError(f"scoring failed: {type(exc).__name__}: {exc}")

@@ -1,0 +1,156 @@
+"""The device as a pass sees it: one copy in, kernels queued, one copy out.
+
+On CUDA the host only queues work; it waits for the device at the first
+exchange that needs a device value, and a pass that exchanges in the middle
+(a blocking copy, ``.item()``, ``if tensor:``) idles the device while the
+host catches up. So every pass talks to the device through a stream:
+
+- ``upload``: the pass's host-built integer inputs, packed into one pinned
+  buffer and copied with one non-blocking copy, before any kernel of the
+  pass is queued;
+- ``download``: the pass's probabilities, copied into pinned memory without
+  waiting; the host goes on (admitting, forming the next pass, shaping the
+  last one's answers) until ``wait`` takes them: the pass's one sync.
+
+On the CPU all three are immediate. ``SimulatedStream`` is a CPU stream that
+behaves like an accelerator for benchmarks and tests: a pass's results are
+ready only a fixed time after the previous pass's, and ``wait`` sleeps (the
+GIL released) until then, so host work overlapped with it is free, as on a
+GPU, while what the host pays in dispatch stays real.
+"""
+import threading
+import time
+from array import array
+from dataclasses import dataclass, field
+
+import torch
+
+
+@dataclass
+class Mark:
+    """Where a pass began: host time, and on CUDA an event queued before its first kernel."""
+    host: float
+    event: object = None
+
+
+@dataclass
+class Ticket:
+    """Probabilities on their way to the host."""
+    host: torch.Tensor
+    began: Mark
+    handed_at: float            # host time when the pass's last op was queued
+    event: object = None        # a CUDA event recorded after the copy
+    ready_at: float = 0.0       # SimulatedStream: when the device would finish
+
+
+@dataclass
+class Counters:
+    uploads: int = 0
+    downloads: int = 0
+    waited_s: float = 0.0       # host time spent waiting for the device
+
+    def as_dict(self) -> dict:
+        return {"uploads": self.uploads, "downloads": self.downloads, "waited_s": round(self.waited_s, 4)}
+
+
+class Stream:
+    asynchronous = False        # the host is free while the device runs (CUDA, simulated)
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.count = Counters()
+        self._lock = threading.Lock()     # in-process callers run passes on their own threads
+
+    def counters(self) -> dict:
+        return self.count.as_dict()
+
+    def begin(self) -> Mark:
+        """Mark the start of a pass, before its upload."""
+        if self.device.type == "cuda":
+            event = torch.cuda.Event(enable_timing=True)
+            event.record()
+            return Mark(time.perf_counter(), event)
+        return Mark(time.perf_counter())
+
+    def upload(self, *arrays: list[int]) -> list[torch.Tensor]:
+        """Flat int64 lists → 1-D device tensors, in one host-to-device copy."""
+        with self._lock:
+            self.count.uploads += 1
+        sizes = [len(a) for a in arrays]
+        buffer = array("q")
+        for a in arrays:
+            buffer.extend(a)
+        flat = torch.frombuffer(buffer, dtype=torch.long) if buffer else torch.empty(0, dtype=torch.long)
+        if self.device.type == "cuda":
+            flat = flat.pin_memory().to(self.device, non_blocking=True)
+        elif self.device.type != "cpu":
+            flat = flat.to(self.device)
+        return list(flat.split(sizes))
+
+    def download(self, probs: torch.Tensor, began: Mark) -> Ticket:
+        """Start the copy of a pass's probabilities (fp32, 1-D) to the host; nothing waits yet."""
+        with self._lock:
+            self.count.downloads += 1
+        if self.device.type != "cuda" or probs.device.type != "cuda":
+            return Ticket(probs.detach().to("cpu"), began, time.perf_counter())
+        host = torch.empty(probs.shape, dtype=probs.dtype, pin_memory=True)
+        host.copy_(probs, non_blocking=True)
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return Ticket(host, began, time.perf_counter(), event)
+
+    def wait(self, ticket: Ticket) -> tuple[list[float], float]:
+        """The pass's one sync: its probabilities on the host, and the seconds the pass took.
+
+        On the CPU a pass is done when its last op returns; on CUDA its time
+        is the device's, between its events.
+        """
+        if ticket.event is None:
+            return ticket.host.tolist(), ticket.handed_at - ticket.began.host
+        started = time.perf_counter()
+        ticket.event.synchronize()
+        self.count.waited_s += time.perf_counter() - started
+        return ticket.host.tolist(), ticket.began.event.elapsed_time(ticket.event) / 1000
+
+    def synchronize(self) -> None:
+        """Wait for everything queued (start-up and tests only, never on a pass's path)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+
+
+class SimulatedStream(Stream):
+    """A CPU stream with an accelerator's timing: each pass takes ``pass_s`` on a device of its own.
+
+    The device runs one pass at a time: a pass's results are ready pass_s
+    after it was handed over or after the previous pass was done, whichever
+    is later. Handing over is the download of its probabilities, after the
+    host has dispatched every op of the pass.
+    """
+
+    asynchronous = True
+
+    def __init__(self, device: torch.device, pass_s: float):
+        super().__init__(device)
+        self.pass_s = pass_s
+        self._free_at = 0.0
+
+    def download(self, probs: torch.Tensor, began: Mark) -> Ticket:
+        ticket = super().download(probs, began)
+        with self._lock:
+            ticket.ready_at = self._free_at = max(ticket.handed_at, self._free_at) + self.pass_s
+        return ticket
+
+    def wait(self, ticket: Ticket) -> tuple[list[float], float]:
+        delay = ticket.ready_at - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)        # releases the GIL, as a host waiting on a GPU is free
+            self.count.waited_s += delay
+        return ticket.host.tolist(), ticket.ready_at - ticket.began.host
+
+
+def make_stream(device: torch.device, simulated_pass_ms: float | None = None) -> Stream:
+    if simulated_pass_ms:
+        if device.type != "cpu":
+            raise ValueError("the simulated accelerator runs on the CPU only")
+        return SimulatedStream(device, simulated_pass_ms / 1000)
+    return Stream(device)

@@ -1,0 +1,97 @@
+"""The host's side of a pass, counted: what decides GPU throughput, held on a CPU.
+
+Per pass: one upload, one download (the one device sync), no scalar read
+(.item(), bool(tensor): each a sync on CUDA) in or out of the forward, one
+forward for misses and hits alike on both architectures (kept states on a
+hybrid model excepted: their recurrent state needs a pass that ends with
+them), and bookkeeping ops outside the forward that grow neither with the
+requests nor with the depth. Cached entries are read, never written.
+"""
+import pytest
+import torch
+
+from jevany_daemon import workloads
+from jevany_daemon.config import EngineConfig
+from jevany_daemon.engine.engine import Engine
+from jevany_daemon.engine.probe import Probe
+from jevany_daemon.parity import compare
+
+from .cuda_like import cuda_like_sdpa
+
+GREEDY = dict(batch_policy="greedy", max_padding_waste=1.0, max_batch_size=32)
+
+
+def counted(engine, bodies):
+    """One pass of bodies under the probe: (counts, stream counters before and after, outcomes)."""
+    probe = Probe(engine)
+    before, passes = engine.stream.counters(), engine.stats.batches
+    with probe.active():
+        outcomes = engine.score(engine.admit_many(bodies))
+    assert engine.stats.batches - passes == 1
+    assert all(isinstance(o, dict) for o in outcomes), outcomes
+    after = engine.stream.counters()
+    return probe.counts, after["uploads"] - before["uploads"], after["downloads"] - before["downloads"]
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])
+def test_a_pass_of_misses_and_of_hits_is_one_forward_one_upload_one_sync(loaded_model, arch):
+    engine = Engine(loaded_model(arch, "choice"), EngineConfig(**GREEDY, prefix_min_tokens=200))
+    engine.score(engine.admit_many(workloads.short(2, seed=1)))       # pins the prompt's head
+    short = workloads.short(16, seed=3)                               # never kept: 1-2 questions each
+    long = [{**b, "state": " ".join(["refund", "late"] * 60)} for b in workloads.short(4, seed=4)]
+    for bodies in (short, long, long):                                # misses, kept misses, hits
+        counts, uploads, downloads = counted(engine, bodies)
+        assert (uploads, downloads, counts.scalar_reads) == (1, 1, 0)
+        kept_miss = bodies is long and counts.forwards > 1
+        assert counts.forwards == (2 if kept_miss else 1), counts
+        assert not kept_miss or arch == "qwen3_5"                     # attention-only models keep in one forward
+    assert engine.memory.hits >= 1
+
+
+def test_ops_outside_the_forward_grow_neither_with_requests_nor_with_depth(tiny_model, tmp_path):
+    from jevany_daemon.model.loading import load_model
+    from jevany_daemon.model.tiny import build_tiny_model
+
+    deeper = build_tiny_model(tmp_path / "tiny8", arch="qwen3_5", readout="choice", shape="tiny8")
+    outside = {}
+    for name, path in (("4 layers", tiny_model("qwen3_5", "choice")), ("8 layers", deeper)):
+        engine = Engine(load_model(str(path), device="cpu"), EngineConfig(**GREEDY))
+        engine.score(engine.admit_many(workloads.short(2, seed=1)))
+        for n in (4, 16):
+            counts, _, _ = counted(engine, [{**b, "questions": dict(list(b["questions"].items())[:1])}
+                                            for b in workloads.short(n, seed=n)])
+            outside[name, n] = counts.ops_outside
+    assert len(set(outside.values())) == 1, outside
+    assert max(outside.values()) <= 400
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])
+def test_cached_entries_are_never_written_by_the_passes_that_read_them(loaded_model, arch):
+    engine = Engine(loaded_model(arch, "choice"), EngineConfig(**GREEDY, prefix_min_tokens=200))
+    long = [{**b, "state": " ".join(["parcel", "lost"] * 60)} for b in workloads.short(2, seed=5)]
+    engine.score(engine.admit_many(long))
+    snapshot = {key: [t.clone() for t in (e.cache.kv, e.cache.conv, e.cache.recurrent) if t is not None]
+                for key, e in engine.memory._entries.items()}
+    assert len(snapshot) == 2                                          # the head and the long state
+    for bodies in (long[:1], long, workloads.short(1, seed=6), workloads.short(5, seed=7)):   # alone and together
+        engine.score(engine.admit_many(bodies))
+    for key, tensors in snapshot.items():
+        held = engine.memory._entries[key].cache
+        now = [t for t in (held.kv, held.conv, held.recurrent) if t is not None]
+        assert all(torch.equal(a, b) for a, b in zip(tensors, now)), key
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])
+def test_continuing_the_head_alone_or_together_gives_the_answers_of_rows(loaded_model, arch):
+    """Default settings: states too short to keep continue the pinned head, each row computing its own."""
+    model = loaded_model(arch, "choice")
+    rows = Engine(model, EngineConfig(layout="rows", prefix_cache=0))
+    bodies = workloads.mixed(8, seed=5, max_words=30)
+    expected = [rows.score([rows.admit(b)])[0] for b in bodies]
+    for settings in (dict(max_batch_size=1), GREEDY):
+        engine = Engine(model, EngineConfig(**settings))
+        with cuda_like_sdpa() as seen:
+            got = engine.score(engine.admit_many(bodies))
+        report = compare(expected, got)
+        assert report["max_abs_diff"] <= 1e-5 and not report["decisions_changed"], (settings, report)
+        assert seen.dead_rows == 0 and len(engine.memory) == 0
