@@ -16,6 +16,12 @@ class Entry:
     deadline: float | None     # monotonic seconds after which it must not be scored
     transport: str = "zmq"     # zmq, or http through the gateway: counted apart
     media: list | None = None  # its media files as the checker resolved them: [[type, path, stamp]...]
+    handover: int = 0          # the hand-over to its worker that carried it (workers.py)
+
+    @property
+    def client(self) -> tuple:
+        """Who sent it: its socket and routing id (GPU-aware group commit waits for clients, gather.py)."""
+        return id(self.sock), self.envelope[0] if self.envelope else None
 
 
 class RequestQueue:

@@ -1,25 +1,29 @@
 """Messages between the supervisor and its workers (msgpack lists, over an ipc ROUTER/DEALER pair).
 
 worker → supervisor:  [HELLO, {"pid", "model", "load_s"}]  loaded, ready for work
-                      [EARLY, [[tag, ok, payload]...], stats, batches]
-                                                          answers from one pass of a hand-over that needs
-                                                          more; still busy with the rest
-                      [RESULTS, [[tag, ok, payload]...], stats, batches]
-                                                          the hand-over's remaining answers; ready again.
-                                                          batches: [[size, padded_tokens, real_tokens,
-                                                          latency_ms, ok, origins]...], the passes since the last
-                                                          message; origins: the transports its requests came by
+                      [EARLY, [[tag, ok, payload]...], stats, batches, seq]
+                                                          answers from one pass; the worker still holds
+                                                          more (queued, or a pass on the device)
+                      [RESULTS, [[tag, ok, payload]...], stats, batches, seq]
+                                                          answers, and nothing more held: idle once seq is
+                                                          the last hand-over sent (a later one may still be
+                                                          on its way). batches: [[size, padded_tokens,
+                                                          real_tokens, latency_ms, ok, origins]...], the
+                                                          passes since the last message; origins: the
+                                                          transports its requests came by; seq: the last
+                                                          hand-over the worker had read
                       [FAILED, message]                   could not load the model
                       [CLEARED, entries, prefix_cache]    emptied its prefix cache, which held that many;
                                                           its statistics now
 heartbeat socket   →  [HEARTBEAT]                         alive; sent every interval by a thread, from the
                                                           worker's identity + "/hb", while it scores too
-supervisor → worker:  [BATCH, [[tag, payload, transport, media]...]]
-                                                          everything it takes at once (request messages as
-                                                          received; transport: zmq or http; media: the
-                                                          checked files [[type, path, stamp]...], or null)
-                      [STOP]                              finish and exit
-                      [CLEAR]                             empty the prefix cache (after any batch in hand)
+supervisor → worker:  [BATCH, [[tag, payload, transport, media]...], seq]
+                                                          a hand-over, numbered from 1: requests as received
+                                                          (transport: zmq or http; media: the checked files
+                                                          [[type, path, stamp]...], or null). Sent to a free
+                                                          worker, or to a busy one as its next pass's worth
+                      [STOP]                              finish what is held and exit
+                      [CLEAR]                             empty the prefix cache
 """
 import msgpack
 

@@ -43,6 +43,7 @@ from . import channel, curve
 from .admission import Entry, RequestQueue
 from .cache_clears import CacheClears
 from .gateway import GatewayProcess
+from .gather import Gather
 from .logs import RateLimited, event
 from .media_checks import MediaChecks
 from .metrics import Metrics
@@ -90,6 +91,8 @@ class Supervisor:
         self._exiting = False              # drain ends in exit (signal) rather than idling (drain op)
         self._drain_waiters: list = []     # control clients awaiting "drained"
         self.clears = CacheClears()        # control clients awaiting clear_cache's count
+        self.gather = Gather()             # when a free worker waits for answered clients (GPU-aware)
+        self._gather_until: float | None = None
         self._answered: list = []          # (entry, ok, result or error) from workers, sent after dispatch
         self._bound_ipc: list = []
         self._failure: str | None = None
@@ -237,6 +240,8 @@ class Supervisor:
             timeout = min(timeout, int(restart_in * 1000) + 1)
         if self.media is not None and (due := self.media.next_deadline()) is not None:
             timeout = min(timeout, int((due - now) * 1000) + 1)
+        if self._gather_until is not None:
+            timeout = min(timeout, max(0, int((self._gather_until - now) * 1000) + 1))
         return dict(self.poller.poll(max(0, timeout)))
 
     def handle_signals(self) -> None:
@@ -304,15 +309,29 @@ class Supervisor:
             self.reply_error(entry, DeadlineExceededError("timeout_ms passed before scoring began"))
 
     def dispatch(self) -> None:
+        """Hand the queue to free workers, and the next pass's worth to busy ones that can take it.
+
+        A free worker waits, briefly and only where the workers' measured pass
+        costs justify it, for clients just answered to come back (gather.py);
+        a busy one takes more only when waiting would not pay or a full pass
+        is queued, so prefetching never splits what gathering would fill.
+        """
+        now, full = self.clock(), self.settings.engine.max_batch_size
+        self._gather_until = None
         for worker in self.pool.serving():
             if not len(self.queue):
                 return
             if worker.available:
-                entries = self.queue.take(self.settings.engine.max_batch_size)
-                now = self.clock()
-                for entry in entries:
-                    self.metrics.queue_wait.observe(now - entry.received)
-                worker.hand_over(self.backend, entries, now)
+                until = self.gather.hold_until(len(self.queue), full, now)
+                if until is not None:
+                    self._gather_until = until if self._gather_until is None else min(self._gather_until, until)
+                    continue
+            elif not (worker.can_prefetch and (len(self.queue) >= full or self.gather.wait_s() == 0)):
+                continue
+            entries = self.queue.take(full)
+            for entry in entries:
+                self.metrics.queue_wait.observe(now - entry.received)
+            worker.hand_over(self.backend, entries, now)
 
     def send_answers(self) -> None:
         """Reply to what workers answered this tick. After dispatch, so a worker that just freed
@@ -421,6 +440,7 @@ class Supervisor:
         # tens of times its wire size, and the worker decodes it anyway.
         entry = Entry(next(self._tags), sock, envelope, request.id, payload, received, deadline,
                       self.transport(sock))
+        self.gather.arrived(entry.client, received)
         if decision.media:
             self.media.submit(entry, [[m.type, m.uri] for m in decision.media])   # queued once checked
         else:
@@ -500,23 +520,28 @@ class Supervisor:
                   seconds=round(self.clock() - self.started, 3))
             self.notifier.ready(self.status_line())
 
-    def on_early(self, worker: WorkerHandle, results: list, stats: dict, batches: list) -> None:
+    def on_early(self, worker: WorkerHandle, results: list, stats: dict, batches: list, seq=None) -> None:
         """One pass of a longer hand-over: its callers are answered now, not after the last pass."""
         self.take_answers(worker, results, stats, batches)
         if worker.state == BUSY:
             worker.busy_since = self.clock()     # the batch timeout bounds each pass, and this one ended
 
-    def on_results(self, worker: WorkerHandle, results: list, stats: dict, batches: list = ()) -> None:
+    def on_results(self, worker: WorkerHandle, results: list, stats: dict, batches: list = (), seq=None) -> None:
+        """The last answers of what the worker held when it sent them; idle, unless a later hand-over
+        was still on its way to it."""
         self.take_answers(worker, results, stats, batches)
-        for entry in worker.inflight.values():   # a worker that skipped one broke its promise
-            self._answered.append((entry, False, InternalError("the worker returned no answer for this request")))
-        worker.inflight.clear()
-        if worker.state == BUSY:
+        read = worker.handed if seq is None else seq
+        for tag, entry in list(worker.inflight.items()):
+            if entry.handover <= read:    # a worker that skipped one broke its promise
+                self._answered.append((entry, False, InternalError("the worker returned no answer for this request")))
+                del worker.inflight[tag]
+        if worker.state == BUSY and read >= worker.handed:
             worker.state, worker.busy_since = IDLE, None
 
     def take_answers(self, worker: WorkerHandle, results: list, stats: dict, batches: list) -> None:
         worker.take_stats(stats)
         self.metrics.batches(batches)
+        self.gather.passes(batches)
         self.counters.mixed_batches += sum(1 for b in batches if len(b) > 5 and len(b[5]) > 1)
         for tag, ok, payload in results:
             entry = worker.inflight.pop(tag, None)
@@ -575,13 +600,16 @@ class Supervisor:
 
     def reply_ok(self, entry: Entry, result: dict) -> None:
         latency = self.clock() - entry.received
+        self.gather.answered(entry.client, entry.received + latency)
         self.record("decide", None, latency, self.transport(entry.sock))
         if self.settings.log_requests:
             event(log, "request", id=entry.id, outcome="ok", ms=round(latency * 1000, 2))
         self.send(entry.sock, entry.envelope, ok_reply(entry.id, result))
 
     def reply_error(self, entry: Entry, err: JevanyError) -> None:
-        self.record("decide", err.code, self.clock() - entry.received, self.transport(entry.sock))
+        now = self.clock()
+        self.gather.answered(entry.client, now)
+        self.record("decide", err.code, now - entry.received, self.transport(entry.sock))
         if self.settings.log_requests:
             event(log, "request", id=entry.id, outcome=err.code)
         self.send(entry.sock, entry.envelope, error_reply(entry.id, err))

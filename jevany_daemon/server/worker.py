@@ -1,9 +1,10 @@
 """The worker process: load the model once, then score whatever the supervisor hands over.
 
 Run by the supervisor as ``python -m jevany_daemon.server.worker``. It is the
-only process that imports torch. It asks for nothing and keeps no queue: the
-supervisor sends it everything waiting (group commit across the process
-boundary) as soon as it reports ready.
+only process that imports torch. It asks for nothing: the supervisor sends it
+what is waiting (group commit across the process boundary) when it is free,
+or, while a pass runs, the next pass's worth; its loop (worker_loop.py) keeps
+a pass on the device while the host admits, forms and answers around it.
 """
 import argparse
 import json
@@ -14,24 +15,18 @@ import sys
 import tempfile
 import threading
 import time
-from functools import partial
 from pathlib import Path
 
 import zmq
 
-from jevany_client.errors import InternalError, JevanyError
-from jevany_client.protocol import decode_request
-
 from jevany_daemon.config import EngineConfig
-from jevany_daemon.engine.faults import DeviceLost
-from jevany_daemon.media.policy import unchanged
 
 from . import channel
 from .logs import configure_logging, event
+from .worker_loop import WorkerLoop, device_info
 
 log = logging.getLogger("jevany.worker")
 
-PARENT_CHECK_MS = 1000
 DEMO_ARCH, DEMO_READOUT = "qwen3", "choice"
 
 
@@ -83,54 +78,18 @@ def load_engine(settings: dict, observer=None):
         model.info["random_weights"] = True      # status and jevany-ctl say so, not only this log
     if model.info.get("linear_attention"):
         event(log, "linear_attention", path=model.info["linear_attention"], dtype=settings["dtype"])
-    engine = Engine(model, EngineConfig(**settings["engine"]), observer=observer)
+    simulated = settings.get("simulate_accelerator")
+    if simulated:
+        from jevany_daemon.model.free_attention import make_attention_free
+
+        make_attention_free(model)
+        event(log, "simulated_accelerator", pass_ms=simulated, note="benchmark mode: answers are meaningless")
+    engine = Engine(model, EngineConfig(**settings["engine"]), observer=observer, simulated_pass_ms=simulated)
     started = time.monotonic()
     paths = warm_up(engine)
     event(log, "warm_up", device=str(model.device), paths=",".join(paths),
           seconds=round(time.monotonic() - started, 3))
     return engine
-
-
-def score(engine, items: list, early=None) -> list:
-    """[[tag, request message]...] → [[tag, ok, result or error]...]; one bad request never fails the others.
-
-    The supervisor already accepted each message; decoding it again here, with
-    the same strict decoder, is what keeps queued requests at their wire size.
-    A hand-over the engine splits into several passes reports each pass but
-    the last to early([[tag, ok, result or error]...]) as it ends; the return
-    value holds everything not reported that way.
-    """
-    outcomes, admitted, tags = {}, [], []
-    for tag, payload, *extra in items:
-        origin, media = (extra + [None, None])[:2]
-        try:
-            body = decode_request(payload).body
-            if media:     # the files as the supervisor's media checker resolved and checked them
-                for _kind, path, *checked in media:
-                    if checked:
-                        unchanged(path, checked[0])    # swapped since the check: its caps no longer hold
-                body = {**body, "media": [{"type": item[0], "uri": item[1]} for item in media]}
-            admitted.append(engine.admit(body, origin))
-            tags.append(tag)
-        except JevanyError as exc:
-            outcomes[tag] = exc
-        except Exception as exc:   # noqa: BLE001 - becomes this request's internal error
-            outcomes[tag] = InternalError(f"admission failed: {type(exc).__name__}: {exc}")
-    reported = set()
-
-    def pass_done(done: list) -> None:
-        reported.update(tags[i] for i, _ in done)
-        early([_wire(tags[i], o) for i, o in done])
-
-    for tag, outcome in zip(tags, engine.score(admitted, early=pass_done if early else None)):
-        outcomes[tag] = outcome
-    return [_wire(item[0], outcomes[item[0]]) for item in items if item[0] not in reported]
-
-
-def _wire(tag, outcome) -> list:
-    if isinstance(outcome, JevanyError):
-        return [tag, False, outcome.to_wire()]
-    return [tag, True, outcome]
 
 
 class Heartbeat(threading.Thread):
@@ -159,46 +118,6 @@ class Heartbeat(threading.Thread):
                     pass    # the supervisor is not reading; silence is the message
         finally:
             sock.close()
-
-
-def serve(sock, engine, batches: list, parent: int) -> int:
-    """Score hand-overs until told to stop, or until the supervisor (pid parent) is gone; the exit code."""
-    while True:
-        if not sock.poll(PARENT_CHECK_MS):
-            if os.getppid() != parent:
-                event(log, "worker_exit", cause="supervisor gone")
-                return 0
-            continue
-        kind, *args = channel.decode(sock.recv())
-        if kind == channel.STOP:
-            return 0
-        if kind == channel.CLEAR:
-            sock.send(channel.encode(channel.CLEARED, engine.clear_prefix_cache(), engine.prefix_cache_stats()))
-        if kind == channel.BATCH:
-            early = partial(send_answers, sock, engine, batches, channel.EARLY)
-            try:
-                answers = score(engine, args[0], early=early)
-            except DeviceLost as exc:
-                # The CUDA context is unusable: exit, so the supervisor answers what this
-                # worker held with worker_lost and starts a fresh process on a fresh context.
-                event(log, "worker_device_lost", level=logging.ERROR, error=str(exc))
-                return channel.EXIT_DEVICE_LOST
-            send_answers(sock, engine, batches, channel.RESULTS, answers)
-
-
-def send_answers(sock, engine, batches: list, kind: str, answers: list) -> None:
-    """EARLY or RESULTS, with the statistics and the passes run since the last message."""
-    records = [[r.size, r.padded_tokens, r.real_tokens, r.latency_ms, r.ok, list(r.origins)] for r in batches]
-    batches.clear()
-    stats = engine.stats.as_dict() | {"device_info": device_info(engine),
-                                      "prefix_cache": engine.prefix_cache_stats()}
-    sock.send(channel.encode(kind, answers, stats, records))
-
-
-def device_info(engine) -> dict:
-    from jevany_daemon.model.devices import devices_report    # torch: imported once the model is
-
-    return devices_report(engine.model.devices)
 
 
 def main(argv=None) -> int:
@@ -240,7 +159,7 @@ def main(argv=None) -> int:
                                              "load_s": round(time.monotonic() - started, 3),
                                              "device_info": device_info(engine)}))
     try:
-        return serve(sock, engine, batches, parent)
+        return WorkerLoop(sock, engine, batches, parent).run()
     finally:
         heartbeat.stopped.set()
         heartbeat.join()

@@ -40,6 +40,7 @@ class WorkerHandle:
     failure: str | None = None       # the message it sent when it could not load
     replacing_since: float | None = None   # when its predecessor's death was noticed
     sentinel: int | None = None      # a pidfd: readable the moment the process exits
+    handed: int = 0                  # hand-overs sent; the worker's RESULTS say which it had read
 
     @property
     def identity(self) -> bytes:
@@ -54,11 +55,22 @@ class WorkerHandle:
     def available(self) -> bool:
         return self.state == IDLE and self.kill_cause is None
 
+    @property
+    def can_prefetch(self) -> bool:
+        """Busy with one hand-over and nothing more: it may take the next pass's worth now, to admit it
+        while the device runs and launch it the moment the device is free."""
+        return (self.state == BUSY and self.kill_cause is None
+                and len({e.handover for e in self.inflight.values()}) <= 1)
+
     def hand_over(self, backend, entries: list[Entry], now: float) -> None:
-        self.inflight = {e.tag: e for e in entries}
-        self.state, self.busy_since = BUSY, now
+        self.handed += 1
+        for e in entries:
+            e.handover = self.handed
+            self.inflight[e.tag] = e
+        if self.state != BUSY:
+            self.state, self.busy_since = BUSY, now
         items = [[e.tag, e.payload, e.transport, e.media] for e in entries]
-        backend.send_multipart([self.identity, channel.encode(channel.BATCH, items)])
+        backend.send_multipart([self.identity, channel.encode(channel.BATCH, items, self.handed)])
 
     def exited(self) -> bool:
         return self.proc.poll() is not None

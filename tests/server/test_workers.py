@@ -160,3 +160,43 @@ def test_a_worker_whose_supervisor_died_while_it_loaded_exits(tiny_model, tmp_pa
     parent.kill()            # while the worker is still importing and loading
     parent.wait(10)
     wait_for(lambda: gone(worker), 120, "the orphaned worker exiting")
+
+
+class Backend:
+    def __init__(self):
+        self.sent = []
+
+    def send_multipart(self, frames):
+        self.sent.append(channel.decode(frames[1]))
+
+
+def entries(*tags):
+    from jevany_daemon.server.admission import Entry
+
+    return [Entry(tag, None, [b"client"], f"r{tag}", b"", 0.0, None) for tag in tags]
+
+
+def test_hand_overs_are_numbered_and_a_busy_worker_takes_one_more_at_most():
+    backend, worker = Backend(), handle()
+    assert worker.available and not worker.can_prefetch
+    worker.hand_over(backend, entries(1, 2), now=1.0)
+    assert worker.state == BUSY and worker.busy_since == 1.0 and worker.can_prefetch
+    worker.hand_over(backend, entries(3), now=2.0)               # the next pass's worth, while busy
+    assert worker.busy_since == 1.0 and not worker.can_prefetch  # one pass running, one waiting: enough
+    assert [(m[0], [i[0] for i in m[1]], m[2]) for m in backend.sent] == [(channel.BATCH, [1, 2], 1),
+                                                                          (channel.BATCH, [3], 2)]
+
+
+def test_results_before_the_last_hand_over_was_read_leave_the_worker_busy_and_its_requests_waiting():
+    from jevany_daemon.server.settings import ServeSettings
+    from jevany_daemon.server.supervisor import Supervisor
+
+    sup, backend, worker = Supervisor(ServeSettings(), env={}), Backend(), handle()
+    worker.hand_over(backend, entries(1, 2), now=1.0)
+    worker.hand_over(backend, entries(3), now=1.5)
+    # RESULTS for the first hand-over, sent before the worker had read the second: 2 got no answer
+    sup.on_results(worker, [[1, True, {"ok": 1}]], {}, [], 1)
+    assert worker.state == BUSY and list(worker.inflight) == [3]
+    assert [(e.tag, ok) for e, ok, _ in sup._answered] == [(1, True), (2, False)]
+    sup.on_results(worker, [[3, True, {"ok": 3}]], {}, [], 2)
+    assert worker.state == IDLE and not worker.inflight

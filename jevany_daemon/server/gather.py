@@ -1,0 +1,128 @@
+"""GPU-aware group commit: when an idle worker should wait a moment for the requests about to arrive.
+
+Group commit hands an idle worker whatever is queued, so an idle daemon
+adds no waiting. But when a pass costs about the same whatever its size (a
+small model on a GPU), closed-loop clients split into cohorts: the clients
+a pass just answered send their next request a fraction of a millisecond
+later, after the next pass has already left with whoever was queued, and
+every pass runs half full for nearly the cost of a full one.
+
+So the supervisor learns two things from what it sees:
+
+- what a pass costs by its size: the workers' pass records, smoothed per
+  size class, fitted to cost = fixed + per_request x size. Merging two
+  passes saves the fixed part, so waiting pays only while it is shorter
+  than that, and never longer than MAX_WAIT_S;
+- how soon an answered client asks again: the time from a decide reply to
+  that client's next decide, smoothed.
+
+A worker that is free waits while clients answered within the last wait
+window have not yet come back, up to the window's end, and only when they
+usually come back within it. A lone client is never waited for: by the time
+its request is queued it has come back. Once a full pass is queued, nothing
+waits.
+"""
+from dataclasses import dataclass, field
+
+MAX_WAIT_S = 0.002      # the longest a free worker waits for answered clients to come back
+FIXED_SHARE = 0.25      # of a pass's fixed cost, what one wait may spend to save it
+SMOOTHING = 0.2         # weight of the newest sample in the running averages
+MIN_CLASSES = 2         # size classes measured before the fit is trusted
+MAX_CLIENTS = 4096      # answered clients remembered at most (one-shot clients never come back)
+
+
+def size_class(size: int) -> int:
+    return max(1, size).bit_length()     # 1, 2-3, 4-7, 8-15, 16-31, ...
+
+
+@dataclass
+class PassCost:
+    """Seconds per pass by size class: (mean size, mean seconds), smoothed."""
+    classes: dict[int, tuple[float, float]] = field(default_factory=dict)
+
+    def record(self, size: int, seconds: float) -> None:
+        if size < 1 or seconds <= 0:
+            return
+        k = size_class(size)
+        old = self.classes.get(k)
+        self.classes[k] = (size, seconds) if old is None else (
+            (1 - SMOOTHING) * old[0] + SMOOTHING * size, (1 - SMOOTHING) * old[1] + SMOOTHING * seconds)
+
+    def fixed_s(self) -> float:
+        """The part of a pass's cost that does not grow with its size (least squares over the classes)."""
+        if len(self.classes) < MIN_CLASSES:
+            return 0.0
+        points = list(self.classes.values())
+        n = len(points)
+        mx, my = sum(x for x, _ in points) / n, sum(y for _, y in points) / n
+        sxx = sum((x - mx) ** 2 for x, _ in points)
+        slope = sum((x - mx) * (y - my) for x, y in points) / sxx if sxx else 0.0
+        return max(0.0, my - max(0.0, slope) * mx)
+
+
+class Gather:
+    def __init__(self, max_wait_s: float = MAX_WAIT_S):
+        self.max_wait_s = max_wait_s
+        self.cost = PassCost()
+        self.return_s: float | None = None       # how soon an answered client asks again, smoothed
+        self._answered: dict[object, tuple[int, float]] = {}    # client -> (replies not yet followed, last at)
+
+    # --- what the supervisor sees -------------------------------------------
+
+    def answered(self, client, now: float) -> None:
+        """A decide reply went to this client."""
+        count, _ = self._answered.pop(client, (0, now))
+        self._answered[client] = (count + 1, now)      # newest last
+        while len(self._answered) > MAX_CLIENTS:
+            del self._answered[next(iter(self._answered))]
+
+    def arrived(self, client, now: float) -> None:
+        """A decide came from this client."""
+        entry = self._answered.get(client)
+        if entry is None:
+            return
+        count, at = entry
+        gap = now - at
+        self.return_s = gap if self.return_s is None else (1 - SMOOTHING) * self.return_s + SMOOTHING * gap
+        if count <= 1:
+            del self._answered[client]
+        else:
+            self._answered[client] = (count - 1, at)
+
+    def passes(self, records: list) -> None:
+        """Workers' pass records: [size, padded, real, latency_ms, ok, ...]."""
+        for record in records:
+            if len(record) > 4 and record[4]:
+                self.cost.record(int(record[0]), float(record[3]) / 1000)
+
+    # --- the decision -----------------------------------------------------------
+
+    def wait_s(self) -> float:
+        """How long a free worker may wait for answered clients: 0 where the measurements do not justify it."""
+        wait = min(self.max_wait_s, FIXED_SHARE * self.cost.fixed_s())
+        if self.return_s is None or self.return_s > wait:
+            return 0.0
+        return wait
+
+    def hold_until(self, queued: int, full: int, now: float) -> float | None:
+        """Until when a free worker should wait before taking the queue; None: take it now."""
+        if queued >= full:
+            return None
+        wait = self.wait_s()
+        if wait <= 0:
+            return None
+        expected, last = 0, None
+        for client, (count, at) in list(self._answered.items()):
+            if now - at > wait:
+                del self._answered[client]     # not back within the window: not waited for again
+                continue
+            expected += count
+            last = at if last is None else max(last, at)
+        if expected == 0:
+            return None
+        return last + wait
+
+    def as_dict(self) -> dict:
+        return {"wait_ms": round(self.wait_s() * 1000, 3),
+                "fixed_pass_ms": round(self.cost.fixed_s() * 1000, 3),
+                "return_ms": None if self.return_s is None else round(self.return_s * 1000, 3)}

@@ -1,0 +1,182 @@
+"""The worker's one loop: keep a pass on the device while the host admits, forms and answers around it.
+
+Each turn runs the same phases, in order:
+
+    receive → admit → launch → collect → answer
+
+- receive: everything the supervisor sent (hand-overs, clear, stop); it
+  blocks only when nothing is queued and nothing is on the device.
+- admit: validate and encode what was handed over, every request of a turn
+  in one batched tokenization; a request that breaks a rule is answered in
+  this turn's message.
+- launch: with the device free, queue the next pass (the batch policy and
+  limits choose it from what is admitted: engine.take).
+- collect: wait for the pass on the device: the one sync per pass. On an
+  accelerator (CUDA, or the simulated one) the next pass is launched right
+  after, before this one's answers are shaped, so the device is never idle
+  while the host works; on a CPU a pass runs when it is launched, so its
+  answers go first.
+- answer: the pass's replies, as EARLY while the worker holds more work,
+  RESULTS when it holds none (with the sequence number of the last
+  hand-over it had read, so the supervisor knows whether a later one is
+  still on its way).
+"""
+import logging
+import os
+from collections import deque
+
+import zmq
+
+from jevany_client.errors import InternalError, JevanyError
+from jevany_client.protocol import decode_request
+
+from jevany_daemon.engine.faults import DeviceLost
+from jevany_daemon.media.policy import unchanged
+
+from . import channel
+from .logs import event
+
+log = logging.getLogger("jevany.worker")
+
+PARENT_CHECK_MS = 1000
+
+
+class WorkerLoop:
+    def __init__(self, sock, engine, batches: list, parent: int):
+        self.sock, self.engine, self.batches, self.parent = sock, engine, batches, parent
+        self.received: list = []        # hand-over items not admitted yet
+        self.queue: deque = deque()     # admitted, as Pending (item: Admitted), waiting for a pass
+        self.tags: dict[int, object] = {}   # id(Admitted) -> the supervisor's tag
+        self.ready: list = []           # [tag, ok, result or error] to send with the next answer
+        self.launched = None            # the pass on the device
+        self.seq = 0                    # the last hand-over read
+        self.stopping = False
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.received or self.queue or self.launched is not None or self.ready)
+
+    def run(self) -> int:
+        """Serve until told to stop, or until the supervisor (pid parent) is gone; the exit code."""
+        try:
+            while not (self.stopping and not self.busy):
+                if not self.receive():
+                    return 0
+                self.admit()
+                self.launch()
+                self.collect()
+        except DeviceLost as exc:
+            # The CUDA context is unusable: exit, so the supervisor answers what this
+            # worker held with worker_lost and starts a fresh process on a fresh context.
+            event(log, "worker_device_lost", level=logging.ERROR, error=str(exc))
+            return channel.EXIT_DEVICE_LOST
+        return 0
+
+    # --- phases --------------------------------------------------------------
+
+    def receive(self) -> bool:
+        """Take every message waiting; wait for one only when idle. False: the supervisor is gone."""
+        while not self.busy and not self.stopping:
+            if self.sock.poll(PARENT_CHECK_MS):
+                break
+            if os.getppid() != self.parent:
+                event(log, "worker_exit", cause="supervisor gone")
+                return False
+        while True:
+            try:
+                message = self.sock.recv(zmq.NOBLOCK)
+            except zmq.Again:
+                return True
+            self.handle(channel.decode(message))
+
+    def handle(self, message: list) -> None:
+        kind, *args = message
+        if kind == channel.BATCH:
+            self.received += args[0]
+            self.seq = args[1] if len(args) > 1 else self.seq + 1
+        elif kind == channel.CLEAR:
+            self.sock.send(channel.encode(channel.CLEARED, self.engine.clear_prefix_cache(),
+                                          self.engine.prefix_cache_stats()))
+        elif kind == channel.STOP:
+            self.stopping = True
+
+    def admit(self) -> None:
+        if not self.received:
+            return
+        items, self.received = self.received, []
+        bodies, tags, origins = [], [], []
+        for tag, payload, *extra in items:
+            origin, media = (extra + [None, None])[:2]
+            try:
+                bodies.append(_body(payload, media))
+            except JevanyError as exc:
+                self.ready.append(_wire(tag, exc))
+                continue
+            except Exception as exc:   # noqa: BLE001 - becomes this request's internal error
+                self.ready.append(_wire(tag, InternalError(f"admission failed: {type(exc).__name__}: {exc}")))
+                continue
+            tags.append(tag)
+            origins.append(origin)
+        for tag, admitted in zip(tags, self.engine.admit_many(bodies, origins)):
+            if isinstance(admitted, JevanyError):
+                self.ready.append(_wire(tag, admitted))
+            else:
+                self.tags[id(admitted)] = tag
+                self.queue.append(self.engine.pending(admitted))
+
+    def launch(self) -> None:
+        if self.launched is None and self.queue:
+            self.launched = self.engine.launch([p.item for p in self.engine.take(self.queue)])
+
+    def collect(self) -> None:
+        launched = self.launched
+        if launched is None:
+            if self.ready:
+                self.answer()
+            return
+        # While the device runs: what the supervisor handed over meanwhile joins the queue.
+        self.receive()
+        self.admit()
+        self.engine.passes.wait(launched)
+        self.launched = None
+        if self.engine.stream.asynchronous:
+            self.launch()         # the device starts the next pass while this one is answered
+        outcomes = self.engine.passes.finish(launched)
+        for admitted, outcome in zip(launched.batch, outcomes):
+            self.ready.append(_wire(self.tags.pop(id(admitted)), outcome))
+        self.answer()
+
+    def answer(self) -> None:
+        """The replies ready, with the statistics and the passes run since the last message."""
+        answers, self.ready = self.ready, []
+        kind = channel.EARLY if self.busy else channel.RESULTS
+        records = [[r.size, r.padded_tokens, r.real_tokens, r.latency_ms, r.ok, list(r.origins)] for r in self.batches]
+        self.batches.clear()
+        stats = self.engine.stats.as_dict() | {"device_info": device_info(self.engine),
+                                               "prefix_cache": self.engine.prefix_cache_stats()}
+        self.sock.send(channel.encode(kind, answers, stats, records, self.seq))
+
+
+def _body(payload: bytes, media) -> dict:
+    """A request's body as the worker scores it. The supervisor already accepted the message;
+    decoding it again here, with the same strict decoder, is what keeps queued requests at their
+    wire size."""
+    body = decode_request(payload).body
+    if media:     # the files as the supervisor's media checker resolved and checked them
+        for _kind, path, *checked in media:
+            if checked:
+                unchanged(path, checked[0])    # swapped since the check: its caps no longer hold
+        body = {**body, "media": [{"type": item[0], "uri": item[1]} for item in media]}
+    return body
+
+
+def _wire(tag, outcome) -> list:
+    if isinstance(outcome, JevanyError):
+        return [tag, False, outcome.to_wire()]
+    return [tag, True, outcome]
+
+
+def device_info(engine) -> dict:
+    from jevany_daemon.model.devices import devices_report    # torch: imported once the model is
+
+    return devices_report(engine.model.devices)

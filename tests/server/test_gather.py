@@ -1,0 +1,80 @@
+"""GPU-aware group commit (server/gather.py): wait for answered clients only where passes cost the same
+at any size, only for as long as the measurements justify, and never for a lone client."""
+from jevany_daemon.server.gather import MAX_WAIT_S, Gather, PassCost
+
+
+def records(cost_ms_by_size: dict[int, float], times: int = 5) -> list:
+    return [[size, 0, 0, ms, True, []] for _ in range(times) for size, ms in cost_ms_by_size.items()]
+
+
+def flat(gather: Gather) -> Gather:
+    gather.passes(records({1: 40.0, 8: 41.0, 32: 42.0}))      # a small model on a GPU: size barely matters
+    return gather
+
+
+def returning(gather: Gather, gap_s: float = 0.0005) -> Gather:
+    """Clients that asked again gap_s after their answer, as closed-loop clients do."""
+    for i in range(8):
+        gather.answered(("c", i), 1.0)
+        gather.arrived(("c", i), 1.0 + gap_s)
+    return gather
+
+
+def test_the_fixed_cost_of_a_pass_is_what_a_flat_cost_shows_and_a_linear_one_hides():
+    g = PassCost()
+    for size, ms in {1: 40.0, 8: 41.0, 32: 42.0}.items():
+        g.record(size, ms / 1000)
+    assert 0.039 < g.fixed_s() < 0.041
+    cpu = PassCost()
+    for size, ms in {1: 2.0, 8: 16.0, 32: 64.0}.items():     # a CPU: cost follows tokens
+        cpu.record(size, ms / 1000)
+    assert cpu.fixed_s() < 0.0005
+    one = PassCost()
+    one.record(32, 0.05)
+    assert one.fixed_s() == 0.0                              # one size class says nothing about the fit
+
+
+def test_a_lone_client_is_never_waited_for():
+    g = returning(flat(Gather()))
+    assert g.wait_s() == MAX_WAIT_S
+    g.answered("lone", 10.0)
+    g.arrived("lone", 10.2)                                  # it came back: its request is the one queued
+    assert g.hold_until(queued=1, full=32, now=10.2) is None
+
+
+def test_a_free_worker_waits_for_the_clients_just_answered_then_takes_the_queue():
+    g = returning(flat(Gather()))
+    for i in range(32):
+        g.answered(i, 5.0)
+    for i in range(20):
+        g.arrived(i, 5.0003)
+    until = g.hold_until(queued=20, full=32, now=5.0003)
+    assert until == 5.0 + MAX_WAIT_S                         # the window after the last answer
+    for i in range(20, 31):
+        g.arrived(i, 5.0006)
+    assert g.hold_until(queued=31, full=32, now=5.0006) == until     # one still missing
+    assert g.hold_until(queued=32, full=32, now=5.0006) is None      # a full pass is queued
+    assert g.hold_until(queued=31, full=32, now=until + 1e-6) is None   # the window passed: not waited again
+    assert g.hold_until(queued=31, full=32, now=until + 1.0) is None
+
+
+def test_no_waiting_where_cost_follows_size_or_clients_come_back_late():
+    cpu = returning(Gather())
+    cpu.passes(records({1: 2.0, 8: 16.0, 32: 64.0}))
+    cpu.answered("x", 1.0)
+    assert cpu.wait_s() == 0 and cpu.hold_until(1, 32, 1.0) is None
+    slow = returning(flat(Gather()), gap_s=0.050)            # clients that think for 50 ms
+    slow.answered("x", 1.0)
+    assert slow.wait_s() == 0 and slow.hold_until(1, 32, 1.0) is None
+    fresh = Gather()                                         # nothing measured yet
+    fresh.answered("x", 1.0)
+    assert fresh.hold_until(1, 32, 1.0) is None
+
+
+def test_failed_passes_teach_nothing_and_memory_of_clients_is_bounded():
+    g = Gather()
+    g.passes([[32, 0, 0, 1.0, False, []], [1, 0, 0, 50.0, False, []]])
+    assert g.cost.classes == {}
+    for i in range(10_000):
+        g.answered(i, 1.0)
+    assert len(g._answered) <= 4096

@@ -1,0 +1,136 @@
+"""The worker's loop, without sockets: each pass answered as it ends, and the device kept busy.
+
+A fake socket plays the supervisor: it holds the messages the worker will
+read (and may add more when the first pass is launched, as a hand-over that
+arrives while the device runs) and records what the worker sends.
+"""
+from collections import deque
+
+import zmq
+
+from jevany_client.protocol import encode_request
+
+from jevany_daemon import workloads
+from jevany_daemon.config import EngineConfig
+from jevany_daemon.engine.engine import Engine
+from jevany_daemon.server import channel
+from jevany_daemon.server.worker_loop import WorkerLoop
+
+
+class FakeSupervisor:
+    def __init__(self, *messages):
+        self.inbound = deque(channel.encode(*m) for m in messages)
+        self.sent = []
+
+    def poll(self, timeout_ms):
+        return 1 if self.inbound else 0
+
+    def recv(self, flags=0):
+        if not self.inbound:
+            raise zmq.Again()
+        return self.inbound.popleft()
+
+    def send(self, payload):
+        self.sent.append(channel.decode(payload))
+
+    def answers(self):
+        return [(kind, answers, seq) for kind, answers, _stats, _records, seq in
+                (m for m in self.sent if m[0] in (channel.EARLY, channel.RESULTS))]
+
+
+def items(bodies, first_tag=0):
+    return [[first_tag + i, encode_request(f"r{first_tag + i}", "decide", b), "zmq", None]
+            for i, b in enumerate(bodies)]
+
+
+def run(engine, supervisor):
+    assert WorkerLoop(supervisor, engine, [], parent=0).run() == 0
+
+
+def uneven_engine(loaded_model, **settings):
+    # no padding allowed: requests of different widths cannot share a pass
+    return Engine(loaded_model("qwen3", "pointer"),
+                  EngineConfig(max_batch_size=8, max_padding_waste=0.0, batch_policy="greedy"), **settings)
+
+
+def test_each_pass_is_answered_as_it_ends_and_nothing_twice(loaded_model):
+    engine = uneven_engine(loaded_model)
+    bodies = workloads.long_uneven(8, seed=5)
+    supervisor = FakeSupervisor((channel.BATCH, items(bodies) + [[99, b"\xc1 not msgpack", "zmq", None]], 1),
+                                (channel.STOP,))
+    run(engine, supervisor)
+
+    messages = supervisor.answers()
+    passes = engine.stats.as_dict()["batches"]
+    assert passes > 1 and len(messages) == passes
+    assert [kind for kind, _, _ in messages] == [channel.EARLY] * (passes - 1) + [channel.RESULTS]
+    assert all(seq == 1 for _, _, seq in messages)
+    tags = [tag for _, answers, _ in messages for tag, _, _ in answers]
+    assert sorted(tags) == [*range(8), 99]                           # each answered exactly once
+    [(bad_ok, bad)] = [(ok, out) for _, answers, _ in messages for tag, ok, out in answers if tag == 99]
+    assert bad_ok is False and bad["code"] == "invalid_message"
+    serial = {i: engine.score([engine.admit(b)])[0] for i, b in enumerate(bodies)}
+    for _, answers, _ in messages:
+        for tag, ok, result in answers:
+            if tag != 99:
+                assert ok and result["answers"].keys() == serial[tag]["answers"].keys()
+
+
+def _order_of(engine, supervisor_at_first_launch=None):
+    """Record launches and finishes (by pass) as the loop runs them."""
+    events, launch, finish = [], engine.launch, engine.passes.finish
+
+    def launched(batch):
+        events.append(("launch", len([e for e in events if e[0] == "launch"])))
+        if supervisor_at_first_launch is not None and len(events) == 1:
+            supervisor_at_first_launch()
+        return launch(batch)
+
+    def finished(pass_):
+        events.append(("finish", len([e for e in events if e[0] == "finish"])))
+        return finish(pass_)
+
+    engine.launch, engine.passes.finish = launched, finished
+    return events
+
+
+def test_on_an_accelerator_the_next_pass_is_queued_before_this_ones_answers_are_shaped(loaded_model):
+    engine = uneven_engine(loaded_model, simulated_pass_ms=5)
+    assert engine.stream.asynchronous
+    events = _order_of(engine)
+    run(engine, FakeSupervisor((channel.BATCH, items(workloads.long_uneven(4, seed=5)), 1), (channel.STOP,)))
+    assert len(events) == 8
+    for n in range(3):
+        assert events.index(("launch", n + 1)) < events.index(("finish", n))
+
+
+def test_on_a_cpu_a_pass_is_answered_before_the_next_runs(loaded_model):
+    engine = uneven_engine(loaded_model)
+    assert not engine.stream.asynchronous
+    events = _order_of(engine)
+    run(engine, FakeSupervisor((channel.BATCH, items(workloads.long_uneven(4, seed=5)), 1), (channel.STOP,)))
+    assert events == [(kind, n) for n in range(4) for kind in ("launch", "finish")]
+
+
+def test_a_hand_over_that_arrives_while_a_pass_runs_is_admitted_then_and_reported_read(loaded_model):
+    engine = Engine(loaded_model("qwen3", "pointer"), EngineConfig(max_batch_size=8, batch_policy="greedy"),
+                    simulated_pass_ms=5)
+    bodies = workloads.short(8, seed=3)
+    supervisor = FakeSupervisor((channel.BATCH, items(bodies[:4]), 1))
+    admitted_during_pass = []
+    admit_many = engine.admit_many
+
+    def admit(batch, origins):
+        admitted_during_pass.append(any(e[0] == "launch" for e in events) and not any(e[0] == "finish" for e in events))
+        return admit_many(batch, origins)
+
+    engine.admit_many = admit
+    events = _order_of(engine, lambda: supervisor.inbound.extend(
+        [channel.encode(channel.BATCH, items(bodies[4:], first_tag=4), 2), channel.encode(channel.STOP)]))
+    run(engine, supervisor)
+
+    assert admitted_during_pass == [False, True]          # the second hand-over, while pass 0 ran
+    messages = supervisor.answers()
+    assert messages[-1][0] == channel.RESULTS and messages[-1][2] == 2
+    assert sorted(tag for _, answers, _ in messages for tag, ok, _ in answers if ok) == list(range(8))
+    assert engine.stats.batches == 2                      # the four that came late share one pass
