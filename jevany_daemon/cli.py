@@ -224,6 +224,9 @@ def serve(
     choice_max_tokens: int = typer.Option(None, "--choice-max-tokens", help="Longest choice prompt, the "
                                           "one-token answer included; capped by the context window. "
                                           "[default: 16384]", show_default=False),
+    simulate_accelerator: float = typer.Option(None, "--simulate-accelerator", hidden=True,
+                                               help="Benchmarks only: every pass takes MS on a simulated "
+                                                    "accelerator, attention free (CPU)."),
     letter_temperature: float = typer.Option(None, "--letter-temperature", hidden=True),
     letter_pointer_weight: float = typer.Option(None, "--letter-pointer-weight", hidden=True),
     letter_max_tokens: int = typer.Option(None, "--letter-max-tokens", hidden=True),
@@ -293,7 +296,8 @@ def serve(
                  choice_temperature=choice_temperature, choice_native_weight=choice_native_weight,
                  choice_max_tokens=choice_max_tokens, media_root=media_root, media_max_bytes=media_max_bytes,
                  media_total_bytes=media_total_bytes, media_max_pixels=media_max_pixels,
-                 media_max_video_frames=media_max_video_frames, media_check_timeout=media_check_timeout)
+                 media_max_video_frames=media_max_video_frames, media_check_timeout=media_check_timeout,
+                 simulate_accelerator=simulate_accelerator)
     try:
         settings = resolve(flags, config)
     except SettingsError as exc:

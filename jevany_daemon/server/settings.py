@@ -70,6 +70,9 @@ class ServeSettings:
     media_max_pixels: int = 4096 * 4096      # per image or video frame
     media_max_video_frames: int = 3600
     media_check_timeout: float = 10.0        # seconds one request's media checks may take
+    # Benchmarks and tests only: score on a simulated accelerator whose every pass takes this many ms
+    # after the host has dispatched it, with attention made free (engine/stream.py); CPU only.
+    simulate_accelerator: float | None = None
     engine: EngineConfig = field(default_factory=EngineConfig)
 
     @property
@@ -134,7 +137,7 @@ SERVE_FIELDS = tuple(f.name for f in fields(ServeSettings) if f.name != "engine"
 _INTS = {"max_queue", "max_message_bytes", "max_batch_size", "max_packed_tokens",
          "max_state_tokens", "max_branch_tokens", "workers", "cpu_threads", "metrics_port",
          "prefix_cache", "prefix_min_tokens", "prefix_cache_bytes", "choice_max_tokens", *MEDIA_CAPS}
-_FLOATS = {"max_padding_waste", "heartbeat_timeout", "batch_timeout", "max_memory_gib",
+_FLOATS = {"max_padding_waste", "heartbeat_timeout", "batch_timeout", "max_memory_gib", "simulate_accelerator",
            "choice_temperature", "choice_native_weight", "temperature", "media_check_timeout"}
 _BOOLS = {"log_requests", "insecure", "date_facts"}
 
@@ -295,6 +298,12 @@ def _validate_pool(s: ServeSettings) -> None:
                                 f"{s.device!r}; give a multiple of {len(devices)}, or one device")
     if s.cpu_threads is not None:
         _positive_int("cpu_threads", s.cpu_threads)
+    value = s.simulate_accelerator
+    if value is not None:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+            raise SettingsError(f"simulate_accelerator must be a number of ms > 0, got {value!r}")
+        if set(devices) != {"cpu"}:
+            raise SettingsError(f"simulate_accelerator runs on the CPU only; device is {s.device!r}")
     for name in ("heartbeat_timeout", "batch_timeout"):
         value = getattr(s, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:

@@ -1,0 +1,191 @@
+"""Host budgets per pass: what decides GPU throughput, measured on any machine.
+
+    python benchmarks/host_bench.py              # both archs, every case, 7 timed repeats
+    python benchmarks/host_bench.py --quick      # 3 timed repeats
+
+Ops are counted in one more run of each case, apart from the timed ones:
+counting sends every op through Python.
+
+On a GPU the device finishes a pass of 32 short requests in a few ms; the
+host's share decides whether it waits. For Qwen3 (28 layers) and Qwen3.5 (24
+layers, 3 linear : 1 full) at the tiny width, on the default choice readout
+with the default prefix cache, one torch thread, this measures per pass of
+32 requests:
+
+- host ms outside the forward: admission (validate, render, tokenize) plus
+  scoring, minus the time inside backbone forwards; wall time, and this
+  thread's CPU time (steadier on a busy machine);
+- torch ops outside the forward and inside it (non-view aten ops: each a
+  kernel launch on CUDA);
+- forwards per pass, device syncs per pass (scalar reads seen by the probe,
+  plus the stream's own downloads) and host-to-device copies.
+
+Cases: `short` (the bench's short workload: 20-40 token states, 1-2
+questions: 32 misses the cache does not keep); `misses`: 16 requests about 4
+fresh ~340-token states (the default cache keeps 4), each state kept (16,
+not 32: a pass's cost is estimated request by request, and 32 would not fit
+the default 8192 padded tokens); `hits`: the same 16 again, each continuing
+its kept state. On a hybrid model a
+state to be kept runs in a stem pass of its own (its recurrent state exists
+only at the end of what a forward computed), so kept misses take two
+forwards there; every other case takes one. Every pass holds all 32
+(greedy policy, no padding cap), so the figures are per pass of 32; the
+default CPU settings would split them by width.
+
+Writes benchmarks/results/host-budgets.json (--out) and prints the table with
+the issue's targets.
+"""
+import argparse
+import json
+import os
+import platform
+import random
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from jevany_daemon import workloads
+from jevany_daemon.config import EngineConfig
+from jevany_daemon.engine.engine import Engine
+from jevany_daemon.engine.probe import Probe
+from jevany_daemon.model.loading import load_model
+from jevany_daemon.model.tiny import build_tiny_model
+
+HERE = Path(__file__).resolve().parent
+ARCHS = {"qwen3": 28, "qwen3_5": 24}     # arch -> layers of the deep shape
+TARGETS = {"host_ms": 10.0, "ops_outside": 400}
+
+
+def bodies(case: str, n: int) -> list[dict]:
+    if case == "short":
+        return workloads.short(n, seed=7)
+    # kept misses and hits: 4 states (the default --prefix-cache keeps 4), each long enough to be
+    # kept with the prompt's head (--prefix-min-tokens 384), each asked about by n/8 requests: a
+    # pass's cost is estimated request by request, so n would not fit --max-packed-tokens 8192
+    rng = random.Random(11)
+    states = [workloads.request(rng, workloads._words_for(340), 1, structured=False)["state"] for _ in range(4)]
+    questions = [workloads.request(rng, 1, 1)["questions"] for _ in range(n // 2)]
+    return [{"state": states[i % 4], "questions": questions[i]} for i in range(n // 2)]
+
+
+def measure(engine: Engine, batch: list[dict], probe: Probe, ops: bool) -> dict:
+    """One pass of the whole batch, admitted and scored, under the probe (counting ops, or timing)."""
+    probe.reset()
+    passes = engine.stats.batches
+    stream = getattr(engine, "stream", None)
+    before = stream.counters() if stream is not None else {}
+    with probe.active(ops=ops):
+        wall, cpu = time.perf_counter(), time.thread_time()
+        admitted = [engine.admit(b) for b in batch]
+        admit_s = time.perf_counter() - wall
+        outcomes = engine.score(admitted)
+        wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+    failed = [o for o in outcomes if not isinstance(o, dict)]
+    if failed:
+        raise SystemExit(f"a request failed: {failed[0]}")
+    if engine.stats.batches - passes != 1:
+        raise SystemExit(f"{len(batch)} requests took {engine.stats.batches - passes} passes, not one")
+    c = probe.counts
+    after = stream.counters() if stream is not None else {}
+    syncs = c.scalar_reads + after.get("downloads", 0) - before.get("downloads", 0)
+    return {"host_ms": (wall - c.forward_s) * 1000, "host_cpu_ms": (cpu - c.forward_cpu_s) * 1000,
+            "admit_ms": admit_s * 1000, "forward_ms": c.forward_s * 1000,
+            "passes": engine.stats.batches - passes, "forwards": c.forwards, "ops_outside": c.ops_outside,
+            "ops_inside": c.ops_inside, "syncs": syncs,
+            "uploads": after.get("uploads", 0) - before.get("uploads", 0),
+            "top_ops_outside": dict(c.outside_by_op.most_common(6))}
+
+
+def run_case(engine: Engine, case: str, n: int, repeats: int) -> dict:
+    probe = Probe(engine)
+    batch = bodies(case, n)
+    runs = []
+    for i in range(repeats + 1):
+        engine.clear_prefix_cache()          # every repeat of misses meets an empty cache
+        if case == "hits":
+            engine.score([engine.admit(b) for b in batch])    # keep the states, unmeasured
+        runs.append(measure(engine, batch, probe, ops=i == repeats))
+    counted, timed = runs[-1], runs[:-1]
+    out = {k: counted[k] for k in ("passes", "forwards", "ops_outside", "ops_inside", "syncs", "uploads",
+                                   "top_ops_outside")}
+    for k in ("host_ms", "host_cpu_ms", "admit_ms", "forward_ms"):
+        out[k] = round(statistics.median(r[k] for r in timed), 2)
+    return out
+
+
+def build_engine(root: Path, arch: str, shape: str) -> Engine:
+    path = build_tiny_model(root / arch, arch=arch, readout="choice", shape=shape)
+    model = load_model(str(path), readout="choice", device="cpu")
+    config = EngineConfig(max_batch_size=32, batch_policy="greedy", max_padding_waste=1.0)
+    engine = Engine(model, config)
+    engine.score([engine.admit(b) for b in bodies("short", 4)])    # warm: the pinned head, first-call costs
+    engine.reset_statistics()
+    return engine
+
+
+def judge(results: dict) -> list[dict]:
+    rows = []
+    for arch, cases in results.items():
+        short = cases["short"]
+        rows.append({"target": f"{arch}: host ms per pass of 32 outside the forward (short)",
+                     "value": short["host_ms"], "bound": f"<= {TARGETS['host_ms']}",
+                     "met": short["host_ms"] <= TARGETS["host_ms"]})
+        worst = max(c["ops_outside"] for c in cases.values())
+        rows.append({"target": f"{arch}: torch ops per pass outside the forward (worst case)",
+                     "value": worst, "bound": f"<= {TARGETS['ops_outside']}",
+                     "met": worst <= TARGETS["ops_outside"]})
+        rows.append({"target": f"{arch}: forwards per pass of 32 misses (short)", "value": short["forwards"],
+                     "bound": "== 1", "met": short["forwards"] == 1})
+        rows.append({"target": f"{arch}: device syncs per pass (worst case)", "bound": "== 1",
+                     "value": max(c["syncs"] for c in cases.values()),
+                     "met": all(c["syncs"] == 1 for c in cases.values())})
+        rows.append({"target": f"{arch}: host-to-device copies per pass (worst case)", "bound": "== 1",
+                     "value": max(c["uploads"] for c in cases.values()),
+                     "met": all(c["uploads"] == 1 for c in cases.values())})
+    return rows
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="3 timed repeats instead of 7")
+    parser.add_argument("--requests", type=int, default=32)
+    parser.add_argument("--archs", nargs="+", default=list(ARCHS), choices=list(ARCHS))
+    parser.add_argument("--cases", nargs="+", default=["short", "misses", "hits"],
+                        choices=["short", "misses", "hits"])
+    parser.add_argument("--shape", default="deep", choices=["deep", "micro"],
+                        help="deep: the tiny width (the budgets' definition); micro: width 16, the same ops, faster")
+    parser.add_argument("--repeats", type=int, default=None, help="timed repeats (default 7, --quick 3)")
+    parser.add_argument("--out", type=Path, default=HERE / "results" / "host-budgets.json")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(1)
+    repeats = args.repeats if args.repeats is not None else 3 if args.quick else 7
+    results = {}
+    with tempfile.TemporaryDirectory(prefix="jv-host-") as tmp:
+        for arch in args.archs:
+            engine = build_engine(Path(tmp), arch, args.shape)
+            results[arch] = {case: run_case(engine, case, args.requests, repeats) for case in args.cases}
+    targets = judge(results) if "short" in args.cases else []
+    print(f"{'arch':8} {'case':7} {'host ms':>8} {'cpu ms':>7} {'admit':>6} {'fwd ms':>7} {'passes':>6} "
+          f"{'fwds':>4} {'ops out':>7} {'ops in':>7} {'syncs':>5} {'copies':>6}")
+    for arch, cases in results.items():
+        for case, r in cases.items():
+            print(f"{arch:8} {case:7} {r['host_ms']:8.2f} {r['host_cpu_ms']:7.2f} {r['admit_ms']:6.2f} "
+                  f"{r['forward_ms']:7.2f} {r['passes']:6} {r['forwards']:4} {r['ops_outside']:7} "
+                  f"{r['ops_inside']:7} {r['syncs']:5} {r['uploads']:6}")
+    for t in targets:
+        print(f"  [{'PASS' if t['met'] else 'FAIL'}] {t['target']}: {t['value']} ({t['bound']})")
+    result = {"machine": {"platform": platform.platform(), "python": sys.version.split()[0],
+                          "torch": torch.__version__, "cpus": os.cpu_count(), "threads": 1},
+              "requests": args.requests, "repeats": repeats, "shape": args.shape, "results": results, "targets": targets}
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0 if all(t["met"] for t in targets) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
