@@ -10,10 +10,14 @@ layouts; packed is proven only for attention-only qwen3, so a qwen3 of the
 same shape carries the packed cases.
 
 Phases, in order:
-  parity      every readout (choice, pointer, lm_token) x every proven layout x fp32 and bf16,
-              in-process: the same requests batched (max_batch_size --batch) vs one at a time;
-              max and mean |dp|, decisions changed, and every probability of both runs
-              checked finite (math.isfinite), plus CUDA peak memory per case
+  parity      first the SDPA kernel torch picks per mask kind and dtype, and what it returns
+              for a query row with no allowed key (sdpa_probe.py); then every readout (choice,
+              pointer, lm_token) x every proven layout with the prefix cache off, plus the
+              cached path (cache on) as a case of its own, x fp32 and bf16, in-process: the same
+              requests batched (max_batch_size --batch) vs one at a time; max and mean |dp|,
+              decisions changed, and every probability of both runs checked finite
+              (math.isfinite), plus CUDA peak memory per case and the path that served it
+              (gpu_parity.py)
   speed       per dtype, two real daemons (max_batch_size --batch and 1) on the default readout
               (choice, qwen3_5, default layout and batch policy), --clients client processes
               (jevany-client only) sending --requests requests closed-loop; rounds alternate
@@ -66,13 +70,14 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 try:
     import torch
 
-    from bench import InProcess, engine, idle_latency, real_tokens, summary
+    import sdpa_probe
+    from bench import InProcess, idle_latency, real_tokens, summary
+    from gpu_parity import DTYPES, LAYOUTS, READOUTS, parity_phase
     from harness import ClientPool, Daemon, median, percentile, process_tree
-    from jevany_client.errors import JevanyError
     from jevany_daemon import workloads
+    from jevany_daemon.model.kernels import strict_fp32
     from jevany_daemon.model.loading import load_model
     from jevany_daemon.model.tiny import build_tiny_model
-    from jevany_daemon.parity import compare
 except ImportError as exc:     # a bare GPU host: say what is missing, not a traceback
     print(f"gpu-check: error: {exc}; it needs the project's requirements (torch, transformers, peft, pyzmq, "
           "msgpack, typer): `make install`, or carry them", file=sys.stderr)
@@ -82,10 +87,6 @@ HERE = Path(__file__).resolve().parent
 
 EXIT_MET, EXIT_NOT_MET, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
 
-READOUTS = ("choice", "pointer", "lm_token")
-DTYPES = ("fp32", "bf16")
-# The layouts each arch is proven for (engine.choose_layout): together they cover every layout.
-LAYOUTS = {"qwen3_5": ("rows", "shared"), "qwen3": ("packed",)}
 SPEED_MODEL = ("qwen3_5", "choice")     # what users run: the hybrid model, the default readout
 PARITY_FP32_BOUND = 1e-5
 SPEED_BOUNDS = {"fp32": 3.0, "bf16": 6.0}
@@ -122,9 +123,10 @@ def machine_info(device: str) -> dict:
             "kernels": {name: importlib.util.find_spec(name) is not None for name in ("fla", "causal_conv1d")}}
     if device == "cuda":
         info["device_name"] = torch.cuda.get_device_name(0)
-        # TF32 would loosen FP32 parity ("highest": none in matmuls); recorded so a figure can be read against it
-        info["float32_matmul_precision"] = torch.get_float32_matmul_precision()
-        info["cudnn_allow_tf32"] = getattr(torch.backends.cudnn, "allow_tf32", None)
+        # TF32 would loosen FP32 parity: off in matmuls and cuDNN, as the daemon's workers have it
+        strict_fp32(torch.device("cuda"))
+        info["matmul_allow_tf32"] = torch.backends.cuda.matmul.allow_tf32
+        info["cudnn_allow_tf32"] = torch.backends.cudnn.allow_tf32
     return info
 
 
@@ -169,50 +171,6 @@ def build_models(shape: str, root: Path, workers: int) -> dict:
         futures = {key: pool.submit(build_tiny_model, *job) for key, job in jobs.items()}
         return {key: f.result() for key, f in futures.items()}
 
-
-# --- parity -------------------------------------------------------------------
-
-def probabilities(outcome: dict) -> list[float]:
-    return [p for answer in outcome["answers"].values() for p in answer["probabilities"].values()]
-
-
-def parity_case(model, layout: str, bodies: list, batch: int) -> dict:
-    """Batched vs one at a time on one engine. Finiteness is counted here over both runs, not
-    left to compare(): a NaN makes max() and <= quietly wrong."""
-    e = engine(model, layout=layout, max_batch_size=batch, max_padding_waste=1.0, batch_policy="greedy",
-               max_packed_tokens=1 << 16)
-    serial = [e.score([e.admit(b)])[0] for b in bodies]
-    passes, scored = e.stats.batches, e.stats.requests
-    batched = e.score([e.admit(b) for b in bodies])
-    ok = [i for i, (a, b) in enumerate(zip(serial, batched)) if not isinstance(a, JevanyError)
-          and not isinstance(b, JevanyError)]
-    failed = [f"{i}: {o}" for i, pair in enumerate(zip(serial, batched)) for o in pair if isinstance(o, JevanyError)]
-    r = compare([serial[i] for i in ok], [batched[i] for i in ok])
-    values = [p for i in ok for p in probabilities(serial[i]) + probabilities(batched[i])]
-    return {"layout": e.layout.name, "requests": len(bodies), "probabilities": r["probabilities"],
-            "max_abs_diff": r["max_abs_diff"], "mean_abs_diff": r["mean_abs_diff"],
-            "decisions_changed": len(r["decisions_changed"]),
-            "changed": [f"{ok[i]}:{q}" for i, q in r["decisions_changed"]],
-            "non_finite": sum(not math.isfinite(p) for p in values), "checked_finite": len(values),
-            "errors": len(failed), "error_messages": failed[:5],
-            # questions or options present on one side only (compare() reports them where it knows how)
-            "mismatched": len(r.get("mismatched", [])),
-            "batched_mean_batch_size": (e.stats.requests - scored) / max(1, e.stats.batches - passes)}
-
-
-def parity_phase(dirs: dict, device: str, args, rows: list) -> None:
-    """Appends to rows case by case, so a run cut short keeps the cases it finished."""
-    bodies = workloads.mixed(args.parity_n, seed=7, max_words=30)
-    for arch, readout, dtype in itertools.product(LAYOUTS, READOUTS, DTYPES):
-        release(device)
-        reset_peak(device)
-        model = load_model(str(dirs[arch, readout]), device=device, dtype=dtype)
-        for layout in LAYOUTS[arch]:     # one load serves every layout of this model
-            rows.append({"arch": arch, "readout": readout, "dtype": dtype,
-                         **parity_case(model, layout, bodies, args.batch), "peak_memory_bytes": peak_bytes(device)})
-            print_parity(rows[-1])
-        del model
-    release(device)
 
 # --- the daemons --------------------------------------------------------------
 
@@ -423,13 +381,6 @@ def judge(result: dict) -> list[dict]:
     return out
 
 
-def print_parity(r: dict) -> None:
-    print(f"  {r['arch']:8} {r['readout']:8} {r['layout']:6} {r['dtype']}: max {r['max_abs_diff']:.2e}  mean "
-          f"{r['mean_abs_diff']:.2e}  decisions changed {r['decisions_changed']}  non-finite "
-          f"{r['non_finite']}/{r['checked_finite']}  errors {r['errors'] + r['mismatched']}  mean batch "
-          f"{r['batched_mean_batch_size']:.1f}")
-
-
 def print_speed(dtype: str, speed: dict, idle: dict, memory: dict) -> None:
     for label in ("serial", "batched"):
         r = speed[label]
@@ -487,8 +438,10 @@ def run(args, device: str, result: dict) -> None:
             for batch in (1, args.batch):
                 fleet.launch(daemon_name(dtype, batch), speed_dir, device, dtype, batch)
         with phase(result, "parity"):
+            result["sdpa"] = sdpa_probe.probe(device)
+            sdpa_probe.print_probe(result["sdpa"])
             result["parity"] = []
-            parity_phase(dirs, device, args, result["parity"])
+            parity_phase(dirs, device, args, result["parity"], (release, reset_peak, peak_bytes))
         with phase(result, "start daemons and clients"):
             daemons = fleet.wait()
             pool = ClientPool(args.clients)

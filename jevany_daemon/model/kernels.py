@@ -11,6 +11,11 @@ per process, so a BF16 model beside it keeps the fast kernels.
 
 On a CPU host transformers advises installing those packages on first use;
 they need CUDA, so the advice is noise there and is filtered out.
+
+FP32 means FP32: on CUDA, matmuls and cuDNN may use TF32 tensor cores
+(10-bit mantissas) for FP32 inputs, which moves probabilities by far more
+than the 1e-5 our parity promises. An FP32 model on CUDA turns TF32 off for
+its process (strict_fp32); BF16 and FP16 are untouched.
 """
 import inspect
 import logging
@@ -25,6 +30,13 @@ CONVOLUTIONS = ("causal_conv1d_fn", "causal_conv1d_update")
 TORCH = "torch"
 _ADVICE_LOGGER = "transformers.integrations.hub_kernels"
 _ADVICE = "falling back to its reference PyTorch implementation"
+
+
+def strict_fp32(device: torch.device) -> None:
+    """No TF32 for FP32 matmuls and convolutions on CUDA, process-wide (a worker holds one model)."""
+    if torch.device(device).type == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
 
 
 def prepare(causal_lm, dtype: torch.dtype, device: torch.device) -> dict[str, str] | None:

@@ -114,6 +114,9 @@ def load_model(
         model = _load_causal_lm(location, revision, readout, media=media, **common)
     paths = kernels.prepare(model.causal_lm, model.dtype, model.device)
     model.info["linear_attention"] = kernels.describe(paths)
+    if model.dtype == torch.float32:
+        for d in model.devices:
+            kernels.strict_fp32(d)
     return model
 
 

@@ -8,7 +8,8 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu-check"
 READOUTS = ("choice", "pointer", "lm_token")
-LAYOUTS = {"qwen3_5": ("rows", "shared"), "qwen3": ("packed",)}
+# Each layout with the prefix cache off, and the cached path as a case of its own.
+LAYOUTS = {"qwen3_5": ("rows", "shared", "cached"), "qwen3": ("packed", "cached")}
 CASES = {(arch, readout, layout, dtype) for arch, layouts in LAYOUTS.items() for readout in READOUTS
          for layout in layouts for dtype in ("fp32", "bf16")}
 
@@ -30,11 +31,24 @@ def test_runs_clean(check):
 
 def test_every_parity_case(check):
     cases = [(r["arch"], r["readout"], r["layout"], r["dtype"]) for r in check["parity"]]
-    assert set(cases) == CASES and len(cases) == len(CASES) == 18
+    assert set(cases) == CASES and len(cases) == len(CASES) == 30
     for r in check["parity"]:
         assert r["errors"] == 0, r
         assert r["batched_mean_batch_size"] > 1, r      # the batched run really shared passes
         assert r["probabilities"] > 0
+        if r["layout"] == "cached":                     # the prefix cache served it, and was hit
+            assert r["path"] == "reuse" and r["prefix_cache"] and r["cache_hits"] > 0, r
+        else:                                           # the layout itself served it, cache off
+            assert r["path"] == r["layout"] and not r["prefix_cache"], r
+
+
+def test_the_sdpa_kernel_and_its_row_without_a_key_are_recorded(check):
+    kinds = {(r["dtype"], r["mask"]) for r in check["sdpa"]}
+    assert kinds == {(d, m) for d in ("float32", "bfloat16")
+                     for m in ("none (causal)", "additive float 4D", "boolean 4D")}
+    for r in check["sdpa"]:
+        assert r["kernel"] and r["row_without_a_key"] in (("n/a",) if r["mask"].startswith("none")
+                                                          else ("nan", "zeros", "finite")), r
 
 
 def test_fp32_parity(check):

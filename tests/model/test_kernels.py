@@ -77,3 +77,19 @@ def test_a_cpu_host_is_not_told_to_install_cuda_kernels(tiny_model):
                            json.dumps(BODY)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "falling back to its reference PyTorch implementation" not in proc.stderr
+
+
+def test_fp32_on_cuda_turns_tf32_off_and_leaves_the_cpu_alone():
+    import torch
+
+    from jevany_daemon.model.kernels import strict_fp32
+
+    matmul, cudnn = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+        strict_fp32(torch.device("cpu"))
+        assert torch.backends.cuda.matmul.allow_tf32 and torch.backends.cudnn.allow_tf32
+        strict_fp32(torch.device("cuda", 0))      # flags only: no CUDA needed to set them
+        assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
+    finally:
+        torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
