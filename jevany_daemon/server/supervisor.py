@@ -309,12 +309,14 @@ class Supervisor:
             self.reply_error(entry, DeadlineExceededError("timeout_ms passed before scoring began"))
 
     def dispatch(self) -> None:
-        """Hand the queue to free workers, and the next pass's worth to busy ones that can take it.
+        """Hand the queue to free workers, and a full pass's worth to busy ones that can take it.
 
         A free worker waits, briefly and only where the workers' measured pass
-        costs justify it, for clients just answered to come back (gather.py);
-        a busy one takes more only when waiting would not pay or a full pass
-        is queued, so prefetching never splits what gathering would fill.
+        costs justify it, for clients just answered to come back (gather.py).
+        A busy one takes more only when a full pass is queued: it admits it
+        while the device runs and launches it the moment the device is free.
+        Anything less waits for the worker to be free and takes whatever came
+        meanwhile, so a pass is never launched half empty with more queued.
         """
         now, full = self.clock(), self.settings.engine.max_batch_size
         self._gather_until = None
@@ -326,7 +328,7 @@ class Supervisor:
                 if until is not None:
                     self._gather_until = until if self._gather_until is None else min(self._gather_until, until)
                     continue
-            elif not (worker.can_prefetch and (len(self.queue) >= full or self.gather.wait_s() == 0)):
+            elif not (worker.can_prefetch and len(self.queue) >= full):
                 continue
             entries = self.queue.take(full)
             for entry in entries:

@@ -3,7 +3,7 @@
 Run by the supervisor as ``python -m jevany_daemon.server.worker``. It is the
 only process that imports torch. It asks for nothing: the supervisor sends it
 what is waiting (group commit across the process boundary) when it is free,
-or, while a pass runs, the next pass's worth; its loop (worker_loop.py) keeps
+or, while a pass runs, a full pass's worth; its loop (worker_loop.py) keeps
 a pass on the device while the host admits, forms and answers around it.
 """
 import argparse

@@ -134,12 +134,15 @@ class WorkerLoop:
             if self.ready:
                 self.answer()
             return
-        # While the device runs: what the supervisor handed over meanwhile joins the queue.
-        self.receive()
-        self.admit()
+        asynchronous = self.engine.stream.asynchronous
+        if asynchronous:
+            # While the device runs: what the supervisor handed over meanwhile joins the queue.
+            # (On a CPU the pass is done already: its answers go before anything new is admitted.)
+            self.receive()
+            self.admit()
         self.engine.passes.wait(launched)
         self.launched = None
-        if self.engine.stream.asynchronous:
+        if asynchronous:
             self.launch()         # the device starts the next pass while this one is answered
         outcomes = self.engine.passes.finish(launched)
         for admitted, outcome in zip(launched.batch, outcomes):
