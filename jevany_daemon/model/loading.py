@@ -11,8 +11,10 @@ multi-gigabyte load. Every failure is a ModelLoadError naming the source.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import re
+import time
 import warnings
 from pathlib import Path
 
@@ -23,9 +25,12 @@ from jevany_daemon.model.checkpoint import HEAD_FILE, Meta, ModelLoadError, read
 from jevany_daemon.model.decision_model import READOUTS, DecisionModel
 from jevany_daemon.model.placement import Placement, plan as plan_placement
 from jevany_daemon.model.pointer_head import PointerHead
+from jevany_daemon.model.quiet import no_progress_bars
 from jevany_daemon.model.sources import is_hub_id, split_revision
 
 __all__ = ["ModelLoadError", "default_model_id", "load_model", "parse_device", "parse_dtype"]
+
+log = logging.getLogger("jevany.model")
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 ATTN_IMPLEMENTATION = "sdpa"
@@ -108,15 +113,19 @@ def load_model(
     kind, location, revision = _locate(source)
     common = dict(source=source, model_id=model_id or default_model_id(source), placement=placement,
                   dtype=torch_dtype, temperature=temperature)
-    if kind == "checkpoint":
-        model = _load_checkpoint(Path(location), readout, **common)
-    else:
-        model = _load_causal_lm(location, revision, readout, media=media, **common)
+    started = time.monotonic()
+    with no_progress_bars():
+        if kind == "checkpoint":
+            model = _load_checkpoint(Path(location), readout, **common)
+        else:
+            model = _load_causal_lm(location, revision, readout, media=media, **common)
     paths = kernels.prepare(model.causal_lm, model.dtype, model.device)
     model.info["linear_attention"] = kernels.describe(paths)
     if model.dtype == torch.float32:
         for d in model.devices:
             kernels.strict_fp32(d)
+    log.info("loaded %s (%s, %s readout) on %s as %s in %.2f s", source, kind, model.readout,
+             ",".join(map(str, model.devices)), dtype, time.monotonic() - started)
     return model
 
 

@@ -20,6 +20,7 @@ import torch
 
 from jevany_daemon.model.checkpoint import DECISION_TOKENS, HEAD_FILE, verbalizer_table
 from jevany_daemon.model.pointer_head import PointerHead
+from jevany_daemon.model.quiet import no_progress_bars
 
 ARCHS = ("qwen3", "qwen3_5")
 TINY_READOUTS = ("choice", "pointer", "lm_token")
@@ -201,17 +202,9 @@ def build_tokenizer(multimodal: bool = False):
 @contextlib.contextmanager
 def quiet():
     """No progress bars or deprecation chatter from transformers/peft while writing files."""
-    from transformers.utils import logging as hf_logging
-
-    bars = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            yield
-    finally:
-        if bars:
-            hf_logging.enable_progress_bar()
+    with no_progress_bars(), warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        yield
 
 
 # Backbone sizes. "0.8b" is Qwen3.5-0.8B's layer shape (random weights, the

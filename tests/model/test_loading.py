@@ -303,3 +303,20 @@ def test_unknown_device(tiny_model, device):
 def test_bad_dtype(tiny_model, dtype):
     with pytest.raises(ModelLoadError, match="unknown dtype"):
         load_model(str(tiny_model("qwen3")), dtype=dtype)
+
+
+def test_loading_prints_no_progress_bar_and_logs_what_loaded(tiny_model):
+    """JevModel.load and the daemon print one log line, not "Loading weights: 100%|...|" (in a child
+    process: the suite itself turns transformers' bars off by environment)."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "HF_HUB_DISABLE_PROGRESS_BARS"}
+    code = ("import logging, sys; logging.basicConfig(level=logging.INFO, stream=sys.stderr)\n"
+            "from jevany_daemon.inprocess import JevModel\n"
+            f"JevModel.load({str(tiny_model('qwen3', 'pointer'))!r})\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert "%|" not in proc.stderr and "Loading weights" not in proc.stderr, proc.stderr
+    assert "loaded " in proc.stderr and "pointer readout" in proc.stderr and " s" in proc.stderr
