@@ -67,6 +67,7 @@ class Engine:
         simulated_pass_ms: float | None = None,
     ):
         self.model, self.config, self.observer = model, config, observer
+        self.decoder = model.backbone      # what _backbone runs (a benchmark may compile it)
         # The device as passes see it; a simulated accelerator for benchmarks (stream.py).
         self.stream = make_stream(model.device, simulated_pass_ms)
         self.layout = choose_layout(model, config.layout)
@@ -201,7 +202,7 @@ class Engine:
             attention_mask = per_layer_type(self.model.layer_types, attention_mask, padding_mask)
         if cache is not None:
             inputs["cache"] = cache
-        out = self.model.backbone(**inputs, attention_mask=attention_mask, use_cache=return_cache)
+        out = self.decoder(**inputs, attention_mask=attention_mask, use_cache=return_cache)
         return (out.last_hidden_state, out.cache) if return_cache else out.last_hidden_state
 
     def prefix_cache_stats(self) -> dict:
