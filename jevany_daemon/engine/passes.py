@@ -29,8 +29,8 @@ class Launched:
     """A pass on its way: what it holds, and its probabilities' ticket (or the error that stopped it)."""
     batch: list                   # Admitted, in order
     counts: list[int]             # options per question, request by request
-    real: int                     # real tokens it computes
-    width: int                    # its widest request (what the batch policy learns by)
+    real: int = 0                 # real tokens it computes
+    width: int = 0                # its widest request (what the batch policy learns by)
     ticket: Ticket | None = None
     padded: int = 0
     blended: bool = False         # its probabilities end with the native readout's, for the blend
@@ -52,10 +52,8 @@ class Passes:
         engine = self.engine
         if engine.lost is not None:
             raise engine.lost
-        costs = [engine.cost(a) for a in batch]
         counts = [q.n_options for a in batch for q in a.request.questions]
-        launched = Launched(batch, counts, sum(r for _, r in costs), max(shape.width for shape, _ in costs),
-                            blended=engine.blend is not None)
+        launched = Launched(batch, counts, blended=engine.blend is not None)
         try:
             with torch.inference_mode():
                 self._queue(launched)
@@ -78,6 +76,9 @@ class Passes:
                                                       engine._backbone)
         native_job = (engine.layout.prepare([a.native for a in batch], engine.pad_id, upload, engine._backbone)
                       if native_plan is not None else None)
+        # What the pass computes, once prepared: preparing may have pinned the prompt's head.
+        costs = [engine.cost(a) for a in batch]
+        launched.real, launched.width = sum(r for _, r in costs), max(shape.width for shape, _ in costs)
         upload.send(stream)      # every input of the pass, in one copy, before its first kernel
         if media:
             with engine.admission.tokenizer_lock:

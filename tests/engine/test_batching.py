@@ -3,7 +3,7 @@ import threading
 from collections import deque
 
 from jevany_client.errors import InternalError
-from jevany_daemon.engine.batching import BatchLimits, GroupCommit, Pending, drain, take_batch
+from jevany_daemon.engine.batching import BatchLimits, GroupCommit, Pending, drain, padded_cost, take_batch
 from tests.server.daemons import wait_for
 
 
@@ -130,3 +130,12 @@ def test_group_commit_batches_requests_that_arrive_during_a_pass():
         t.join(10)
     assert results == {i: i for i in range(6)}
     assert sizes == [1, 5]
+
+
+def test_a_prefix_run_in_its_own_pass_counts_once_per_request():
+    # each request's prefix is a row of its own in the prefix pass: 2 x 10 + 2 x 100 = 220 padded tokens
+    two = [Pending(f"r{i}", 1, 10, 110, prefix=100) for i in range(2)]
+    assert padded_cost(two) == 220
+    batch = take_batch(deque(two), BatchLimits(8, 215, 1.0))
+    assert [p.item for p in batch] == ["r0"]          # together they would allocate 220 > 215
+    assert [p.item for p in take_batch(deque(two), BatchLimits(8, 220, 1.0))] == ["r0", "r1"]

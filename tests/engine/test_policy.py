@@ -50,3 +50,11 @@ def test_greedy_always_batches():
 
 def test_width_classes_are_powers_of_two():
     assert [width_class(w) for w in (1, 2, 3, 4, 5, 64, 65, 128)] == [0, 1, 2, 2, 3, 6, 7, 7]
+
+
+def test_the_newest_pass_weighs_a_fifth_in_the_running_rate():
+    policy = BatchPolicy()
+    policy.record(64, 8, 100, 1.0)            # 100 tokens/s
+    policy.record(64, 8, 200, 1.0)            # 200 tokens/s: 0.8 x 100 + 0.2 x 200
+    assert policy.rates[(width_class(64), True)] == 120.0
+    assert policy.as_dict() == {"batched@64": 120.0}
