@@ -39,7 +39,13 @@ def m(name, path, before, after, *tests) -> Mutation:
 
 
 ENGINE = "jevany_daemon/engine/"
+CLIENT = "client/jevany_client/"
 MUTATIONS = [
+    # --- the answer self-check ----------------------------------------------------------
+    m("self-check: a sum below 1 passes", CLIENT + "answers.py",
+      "    if total <= 0 or abs(total - 1) > tolerance:",
+      "    if total <= 0 or total - 1 > tolerance:", "tests/client/test_answers.py",
+      "tests/client/test_self_check_sums.py"),
     # --- batching: which requests share a pass ------------------------------------------
     m("batching: a shared prefix counted once per pass", ENGINE + "batching.py",
       "    return rows + len(batch) * max(p.prefix for p in batch)",
