@@ -26,7 +26,8 @@ Two more `decide` states:
                                the error reply for CODE from the daemon named
                                NAME, the echo at once elsewhere
 With --load Q every decide reply carries the load {"queue": Q, "inflight": 0}
-(PROTOCOL.md); status "decided" counts the decide requests received.
+(PROTOCOL.md); status "decided" counts the decide requests received. With
+--state S its status says state S (default "ready").
 A ping's result names the daemon ("server"), so a client on several
 endpoints can tell which ones it has reached.
 """
@@ -46,8 +47,10 @@ SLOW_S = 1.0
 
 
 class FakeDaemon:
-    def __init__(self, public: list[str], control: str | None, name: str, load: int | None = None) -> None:
+    def __init__(self, public: list[str], control: str | None, name: str, load: int | None = None,
+                 state: str = "ready") -> None:
         self.name = name
+        self.state = state
         self.load = load
         self.decided = 0
         self.started = time.monotonic()
@@ -191,7 +194,7 @@ class FakeDaemon:
     def status(self) -> dict:
         return {
             "version": "test", "pid": os.getpid(), "uptime_s": time.monotonic() - self.started,
-            "state": "ready", "endpoints": self.endpoints, "max_message_bytes": 1 << 20,
+            "state": self.state, "endpoints": self.endpoints, "max_message_bytes": 1 << 20,
             "model": {"id": "fake-tiny", "source": "/models/fake-tiny", "readout": "choice",
                       "layout": "rows", "device": "cpu", "dtype": "fp32"},
             "batching": {"max_batch_size": 32, "max_packed_tokens": 8192, "batches": 7,
@@ -226,8 +229,9 @@ def main() -> None:
     parser.add_argument("--control")
     parser.add_argument("--name", default="fake")
     parser.add_argument("--load", type=int)
+    parser.add_argument("--state", default="ready")
     args = parser.parse_args()
-    FakeDaemon(args.endpoints, args.control, args.name, args.load).run()
+    FakeDaemon(args.endpoints, args.control, args.name, args.load, args.state).run()
 
 
 if __name__ == "__main__":
