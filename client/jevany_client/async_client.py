@@ -32,6 +32,7 @@ __all__ = ["AsyncJevClient"]
 
 _CLOSED = object()    # what a pending call's future holds when the client was closed under it
 PEER_WAIT_S = 0.25    # a request no daemon can take looks again this often, whatever woke it or not
+WARMING_LOOK_S = 0.05  # and this often while a daemon's first connection is awaited
 
 
 class _Awaited:
@@ -273,6 +274,8 @@ class AsyncJevClient(ClientOptions):
             try:
                 peer.socket.send(entry.payload, zmq.NOBLOCK)
             except zmq.Again:          # not connected yet, or its queue is full
+                if peer.warming(self._fleet.clock()):
+                    return False       # its first connection is on its way: wait for it
                 blocked.add(peer)
                 continue
             finally:
@@ -301,7 +304,7 @@ class AsyncJevClient(ClientOptions):
         """Until a daemon joins or completes a connection, or PEER_WAIT_S has passed (a full queue
         to a daemon gives no event of its own)."""
         try:
-            async with asyncio.timeout(PEER_WAIT_S):
+            async with asyncio.timeout(WARMING_LOOK_S if self._fleet.warming() else PEER_WAIT_S):
                 await self._changed.wait()
         except TimeoutError:
             pass

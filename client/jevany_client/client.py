@@ -32,6 +32,8 @@ from .schema import Media
 
 __all__ = ["JevClient", "decide_body"]
 
+WARMING_LOOK_S = 0.05     # while a first connection is awaited, how often the wait looks again
+
 
 class JevClient(ClientOptions):
     """A connection to one or more jevany daemons, one ZeroMQ DEALER socket to each.
@@ -291,7 +293,7 @@ class JevClient(ClientOptions):
             if poll_ms == 0:
                 break
             self._arm(exchange)
-            ready = dict(self._poller.poll(_sooner(poll_ms, self._fleet.refresh_in())))
+            ready = dict(self._poller.poll(_sooner(poll_ms, self._next_look())))
             self._sync_fleet()
             self._read_events(exchange)
             for sock, events in ready.items():
@@ -304,6 +306,10 @@ class JevClient(ClientOptions):
         where = ", ".join(self.endpoints) + (f" ({self._fleet.problem})" if self._fleet.problem else "")
         exchange.time_out(step, where)
         return exchange.outcomes
+
+    def _next_look(self) -> float | None:
+        """When to look again without an event: a lookup due, or a first connection's grace passing."""
+        return _earliest(self._fleet.refresh_in(), WARMING_LOOK_S if self._fleet.warming() else None)
 
     def _arm(self, exchange: "_Exchange") -> None:
         """Wake for replies from every daemon, and for room on the candidates while requests wait."""
@@ -353,6 +359,8 @@ class _Exchange:
             try:
                 peer.socket.send(self.payloads[rid], zmq.NOBLOCK)
             except zmq.Again:
+                if peer.warming(self.fleet.clock()):
+                    return      # its first connection is on its way: wait for it (fleet.CONNECT_GRACE_S)
                 blocked.add(peer)
                 continue
             self.unsent.popleft()
@@ -412,6 +420,11 @@ def _close_peer(peer: Peer) -> None:
     peer.socket.disable_monitor()
     peer.monitor.close(linger=0)
     peer.socket.close(linger=0)
+
+
+def _earliest(*seconds: float | None) -> float | None:
+    given = [s for s in seconds if s is not None]
+    return min(given) if given else None
 
 
 def _poll_ms(deadline: float | None) -> int | None:

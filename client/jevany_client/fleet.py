@@ -19,6 +19,9 @@ from . import discovery
 from .routing import REPORT_TTL_S, check_routing, make_policy
 
 RESOLVE_EVERY_S = 5.0
+# A daemon's first connection is waited for this long before its requests go elsewhere: a new
+# client would otherwise hand an affinity key to whichever daemon happened to connect first.
+CONNECT_GRACE_S = 0.5
 
 
 @dataclass(eq=False)
@@ -34,6 +37,8 @@ class Peer:
     draining: bool = False           # it answered shutting_down; back on a new connection
     retiring: bool = False           # discovery no longer lists it
     sent: int = 0                    # requests sent to it, for whoever wants the shares
+    opened_at: float = 0.0
+    ever_connected: bool = False
 
     def load(self, now: float) -> int:
         fresh = now - self.reported_at <= REPORT_TTL_S
@@ -51,6 +56,11 @@ class Peer:
 
     def connected(self) -> None:
         self.dropped = self.draining = False
+        self.ever_connected = True
+
+    def warming(self, now: float) -> bool:
+        """Its first connection is still being made, and worth waiting for a moment."""
+        return not (self.ever_connected or self.dropped) and now - self.opened_at < CONNECT_GRACE_S
 
     @property
     def usable(self) -> bool:
@@ -109,7 +119,7 @@ class Fleet:
         added = []
         if wanted is not None:
             for endpoint in sorted(wanted - self.peers.keys()):
-                self.peers[endpoint] = peer = Peer(endpoint, endpoint)
+                self.peers[endpoint] = peer = Peer(endpoint, endpoint, opened_at=self.clock())
                 added.append(peer)
             for endpoint, peer in self.peers.items():
                 peer.retiring = endpoint not in wanted
@@ -130,6 +140,10 @@ class Fleet:
         """The peers a request may go to now: those in the pool, else the draining ones."""
         pool = [p for p in self.peers.values() if p.usable]
         return pool or [p for p in self.peers.values() if p.draining and not (p.dropped or p.retiring)]
+
+    def warming(self) -> bool:
+        now = self.clock()
+        return any(peer.warming(now) for peer in self.peers.values())
 
     def choose(self, key: str | None, blocked: set) -> Peer | None:
         """The peer for one request among the candidates not blocked this round; None when none is left."""
