@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import discovery
-from .routing import REPORT_TTL_S, check_routing, make_policy
+from .routing import REPORT_HALF_LIFE_S, check_routing, make_policy
 
 RESOLVE_EVERY_S = 5.0
 # A daemon's first connection is waited for this long before its requests go elsewhere: a new
@@ -40,9 +40,12 @@ class Peer:
     opened_at: float = 0.0
     ever_connected: bool = False
 
-    def load(self, now: float) -> int:
-        fresh = now - self.reported_at <= REPORT_TTL_S
-        return len(self.pending) + (self.others if fresh else 0)
+    def load(self, now: float) -> float:
+        # A slow daemon replies seldom, so its last report is old: it fades rather than vanishes
+        # (a cut-off made exactly the slowest daemons look idle), and a report that will not be
+        # renewed (nothing is sent there) fades until the daemon is tried again.
+        fading = 0.5 ** (max(0.0, now - self.reported_at) / REPORT_HALF_LIFE_S)
+        return len(self.pending) + self.others * fading
 
     def note_load(self, load: Any, now: float) -> None:
         """A reply's `load` (queue and inflight at the daemon): what is not ours is the others'."""

@@ -8,8 +8,9 @@ and asks its policy for a peer for each request it sends:
     least_loaded  power of two choices: two peers drawn at random, the less
                   loaded one taken. A peer's load is the client's own requests
                   in flight there plus the other clients' work the daemon last
-                  reported (the `load` of its replies, PROTOCOL.md), so a slow
-                  daemon that builds a queue loses the draws;
+                  reported (the `load` of its replies, PROTOCOL.md), fading with
+                  the report's age, so a slow daemon that builds a queue loses the
+                  draws, and one not heard from for a while is tried again;
     affinity      consistent hashing with bounded loads (Mirrokni, Thorup and
                   Zadimoghaddam): a request's key picks a point on a ring of
                   the peers, and the first peer clockwise whose load is under
@@ -34,7 +35,7 @@ ROUTINGS = ("least_loaded", "affinity", "round_robin")
 BALANCE_FACTOR = 1.25          # c: no peer takes more than c times the mean load (the bound is rounded up)
 AFFINITY_PREFIX_BYTES = 1024
 RING_POINTS = 100              # points per peer on the ring: the spread of keys is even within a few percent
-REPORT_TTL_S = 2.0             # a daemon's reported load older than this says nothing any more
+REPORT_HALF_LIFE_S = 5.0       # a daemon's reported load counts half as much this much later
 
 
 class Routed(Protocol):

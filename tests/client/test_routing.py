@@ -9,7 +9,7 @@ from jevany_client.fleet import Peer
 from jevany_client.routing import (
     AFFINITY_PREFIX_BYTES,
     BALANCE_FACTOR,
-    REPORT_TTL_S,
+    REPORT_HALF_LIFE_S,
     Affinity,
     LeastLoaded,
     RoundRobin,
@@ -69,7 +69,7 @@ def test_affinity_spills_a_key_whose_peer_is_over_the_bound_and_no_peer_passes_i
         bound = math.ceil(BALANCE_FACTOR * (total + 1) / len(four))
         chosen = ring.choose(four, key, NOW)
         assert chosen.load(NOW) + 1 <= bound
-        loaded(chosen, chosen.load(NOW) + 1)
+        loaded(chosen, int(chosen.load(NOW)) + 1)
 
 
 def test_affinity_keeps_a_key_home_while_its_peer_is_within_the_bound():
@@ -89,11 +89,14 @@ def test_least_loaded_never_picks_the_most_loaded_of_several():
     assert busy.key not in picks and len(picks) == 3
 
 
-def test_least_loaded_forgets_a_report_once_it_is_stale():
+def test_a_report_fades_with_its_age_until_the_daemon_is_tried_again():
     policy, two = LeastLoaded(random.Random(3)), peers(2)
-    two[0].note_load({"queue": 30, "inflight": 0}, NOW)
-    later = NOW + REPORT_TTL_S + 0.1
-    assert {policy.choose(two, None, later).key for _ in range(100)} == {p.key for p in two}
+    two[0].note_load({"queue": 32, "inflight": 0}, NOW)
+    loaded(two[1], 3)
+    assert two[0].load(NOW + REPORT_HALF_LIFE_S) == pytest.approx(16)
+    assert {policy.choose(two, None, NOW + REPORT_HALF_LIFE_S).key for _ in range(50)} == {two[1].key}
+    much_later = NOW + 5 * REPORT_HALF_LIFE_S                   # 32 / 32 = 1 < 3: its turn again
+    assert {policy.choose(two, None, much_later).key for _ in range(50)} == {two[0].key}
 
 
 def test_a_report_counts_the_others_work_not_ours_and_odd_fields_are_ignored():
