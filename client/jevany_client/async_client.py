@@ -382,7 +382,7 @@ class AsyncJevClient(ClientOptions):
             if fd in self._watched:
                 self._watched.remove(fd)
                 self._loop.remove_reader(fd)
-        _close_peer(peer)
+        peer.close_sockets()
 
     def _soon_read(self, peer: Peer) -> None:
         """Drain the peer's sockets on the loop's next turn (once, however many sends asked)."""
@@ -482,14 +482,6 @@ class AsyncJevClient(ClientOptions):
             if not entry.future.done():
                 entry.future.set_result(_CLOSED)
         self._fail_backlog()
-
-
-def _close_peer(peer: Peer) -> None:
-    if peer.socket is None:
-        return      # its socket was never opened
-    peer.socket.disable_monitor()
-    peer.monitor.close(linger=0)
-    peer.socket.close(linger=0)
 
 
 def _consume(future: asyncio.Future) -> None:

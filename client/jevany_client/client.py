@@ -228,7 +228,7 @@ class JevClient(ClientOptions):
         fleet, self._fleet = self._fleet, None
         if fleet is not None and self._pid == os.getpid():
             for peer in fleet.peers.values():
-                _close_peer(peer)
+                peer.close_sockets()
 
     def shares(self) -> dict[str, int]:
         """Requests sent to each daemon so far, by endpoint (resends included)."""
@@ -279,7 +279,7 @@ class JevClient(ClientOptions):
             for sock in (peer.socket, peer.monitor):
                 self._poller.unregister(sock)
                 del self._by_socket[sock]
-            _close_peer(peer)
+            peer.close_sockets()
 
     def _exchange(self, step: Exchange) -> dict[str, Any]:
         self._ready_for_caller()
@@ -412,14 +412,6 @@ class _Exchange:
         for rid in self.awaited:
             self._release(rid)
             self.outcomes[rid] = timeout_error(step, where, rid, rid in self.sent, self.unattributed)
-
-
-def _close_peer(peer: Peer) -> None:
-    if peer.socket is None:
-        return      # its socket was never opened
-    peer.socket.disable_monitor()
-    peer.monitor.close(linger=0)
-    peer.socket.close(linger=0)
 
 
 def _earliest(*seconds: float | None) -> float | None:

@@ -65,6 +65,13 @@ class Peer:
         """Its first connection is still being made, and worth waiting for a moment."""
         return not (self.ever_connected or self.dropped) and now - self.opened_at < CONNECT_GRACE_S
 
+    def close_sockets(self) -> None:
+        if self.socket is None:
+            return      # its socket was never opened
+        self.socket.disable_monitor()
+        self.monitor.close(linger=0)
+        self.socket.close(linger=0)
+
     @property
     def usable(self) -> bool:
         return not (self.dropped or self.draining or self.retiring)
