@@ -6,7 +6,8 @@ round_robin, least_loaded and affinity, in one run.
 Four `jevany-daemon serve` processes serve the tiny qwen3 model (choice readout), one CPU
 worker and one torch thread each, group commit up to 16, a prefix cache of CACHE_ENTRIES
 states each; the last is made slower (benchmarks/slowdown: each pass through the backbone
-waits as long again as it took). Clients are real processes (fleet_load.py), each one AsyncJevClient over all four.
+waits as long again as it took). Clients are real processes (fleet_load.py), each one
+AsyncJevClient over all four.
 
 - agent: SESSIONS sessions whose transcript grows 40-80 tokens a turn from 450-900 tokens
   (past the affinity key's first kilobyte), each waiting for its answer before its next
