@@ -4,7 +4,8 @@ A call's tries (send, collect, wait a jittered pause, send the retryable
 failures again under new ids) are written once, as a generator of steps that
 each client carries out its own way, blocking or awaited:
 
-    Exchange   send these requests; the client answers {id: result map or JevanyError}
+    Exchange   send these requests, each to the daemon its routing picks; the client
+               answers {id: result map or JevanyError}
     Pause      sleep this long; the client answers None
     ASK_LIMIT  the daemon's max_message_bytes; the client answers it, or None
 
@@ -17,16 +18,19 @@ import random
 import secrets
 import time
 from collections.abc import Generator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
+from . import discovery
+from .discovery import is_ipv6
 from .endpoints import endpoint_list, missing_sockets
 from .errors import InvalidRequestError, JevanyError, JevTimeoutError, JevUnreachableError, error_from_wire
 from .keys import curve_keys
 from .protocol import decode_reply, encode_request
+from .routing import affinity_key, check_routing
 
 # Ops that change nothing on the daemon, so sending one again is harmless.
 IDEMPOTENT = frozenset({"decide", "ping", "status", "models"})
@@ -41,11 +45,8 @@ _SEND_HWM = 10_000
 _HEARTBEAT_IVL_MS = 2_000
 _HEARTBEAT_TIMEOUT_MS = 10_000
 
-# The socket events a client watches to resend what a dropped connection carried.
-DROP_EVENTS = zmq.EVENT_DISCONNECTED | zmq.EVENT_CONNECT_RETRIED
-# Resend this long after a drop even if its "retried" event never comes (a
-# connection refused for good, a context with several I/O threads).
-DROP_SETTLE_MAX_S = 0.25
+# The socket events that take a peer out of the pool and bring it back.
+PEER_EVENTS = zmq.EVENT_CONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
 
 REMAINING = object()   # timeout_ms: tell the daemon how long this call has left
 ASK_LIMIT = object()
@@ -58,6 +59,7 @@ class Exchange:
     wait: float | None                   # how long this round may take; None: no limit
     told: float | None                   # the call's whole timeout, which a timeout message names
     resends: int                         # times a request may go again when a connection drops
+    keys: dict = field(default_factory=dict)   # id -> affinity key, for routing=affinity
 
 
 @dataclass(frozen=True)
@@ -77,12 +79,18 @@ class ClientOptions:
         client_secret_key_file,
         client_public_key,
         client_secret_key,
+        routing: str | None = None,
+        resolve_every: float = 5.0,
     ) -> None:
         self.endpoints = endpoint_list(endpoint)
         self.timeout = check_timeout(timeout)
         if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
             raise ValueError(f"retries must be an integer >= 0, got {retries!r}")
         self.retries = retries
+        named = [discovery.parse(e) for e in self.endpoints if discovery.is_discovered(e)]  # refused now, not at use
+        several = len(self.endpoints) > 1 or bool(named)
+        self.routing = check_routing(routing, several)
+        self.resolve_every = check_timeout(resolve_every)
         self._curve = curve_keys(
             server_public_key, client_secret_key_file, client_public_key, client_secret_key
         )
@@ -112,11 +120,14 @@ class ClientOptions:
         return self._message_limit
 
     def _tries(
-        self, op: str, bodies: list, wait: float | None, timeout_ms, raise_unsendable: bool
+        self, op: str, bodies: list, wait: float | None, timeout_ms, raise_unsendable: bool,
+        affinity: Any = None,
     ) -> Generator[Any, Any, list]:
         """Send every body, then again (new ids, after a pause) those that failed retryably.
 
         timeout_ms is sent as given, or REMAINING: the time this call has left.
+        affinity: the key of every body (a str), one per body (a list), or None for each
+        state's own (affinity_key); read only under routing="affinity".
         """
         deadline = None if wait is None else time.monotonic() + wait
         outcomes: list[Any] = [None] * len(bodies)
@@ -125,6 +136,7 @@ class ClientOptions:
             # Waiting the whole timeout for a socket file that is not there helps nobody.
             return [JevUnreachableError(missing)] * len(bodies)
         todo = list(range(len(bodies)))
+        keys = self._keys(op, bodies, affinity)
         for attempt in itertools.count():
             left = _left(deadline)
             sendable, slot = [], {}
@@ -140,7 +152,8 @@ class ClientOptions:
                     outcomes[i] = err
             if sendable:
                 resends = self.retries if op in IDEMPOTENT else 0
-                replies = yield Exchange(op, sendable, left, wait, resends)
+                replies = yield Exchange(op, sendable, left, wait, resends,
+                                         {rid: keys[i] for rid, i in slot.items()} if keys else {})
                 for rid, outcome in replies.items():
                     outcomes[slot[rid]] = outcome
             todo = [i for i in slot.values() if worth_retrying(outcomes[i])]
@@ -150,6 +163,18 @@ class ClientOptions:
             if deadline is not None and time.monotonic() + pause >= deadline:
                 return outcomes
             yield Pause(pause)
+
+    def _keys(self, op: str, bodies: list, affinity: Any) -> list | None:
+        """Each body's affinity key, or None when routing does not use keys."""
+        if self.routing != "affinity" or op != "decide":
+            return None
+        given = affinity if isinstance(affinity, (list, tuple)) else [affinity] * len(bodies)
+        if len(given) != len(bodies):
+            raise ValueError(f"affinity: {len(given)} keys for {len(bodies)} requests")
+        for key in given:
+            if key is not None and not isinstance(key, str):
+                raise ValueError(f"affinity keys are str or None, got {key!r}")
+        return [key if key is not None else affinity_key(_state(body)) for key, body in zip(given, bodies)]
 
     def _encode(self, rid: str, op: str, body: Any, timeout_ms: int | None) -> Generator[Any, Any, bytes]:
         try:
@@ -169,53 +194,31 @@ class ClientOptions:
         return payload
 
 
-class Drops:
-    """When to send again what a dropped connection carried.
-
-    libzmq reports a drop before it retires the connection's pipe: the I/O
-    thread emits the disconnect event, then closes the pipe and schedules the
-    reconnect, whose "connect retried" event comes next. A request sent in
-    between is routed into the dead pipe and lost with no further event (one
-    in five resends was lost that way with both cores busy), so the resend
-    waits for the next event, or DROP_SETTLE_MAX_S at most.
-    """
-
-    def __init__(self) -> None:
-        self.since: float | None = None    # when a drop was seen whose pipe may still be routed to
-
-    def note(self, frames: list[bytes] | None, now: float) -> bool:
-        """Take one monitor event (None: none came); True when it is time to send again."""
-        event = None if frames is None else parse_monitor_message(frames)["event"]
-        # any event after a drop's means the I/O thread has passed the step that retired its pipe
-        due = self.since is not None and (event is not None or now - self.since >= DROP_SETTLE_MAX_S)
-        if event == zmq.EVENT_DISCONNECTED:
-            self.since = now           # this drop's own pipe may still be routed to
-        elif due:
-            self.since = None
-        return due
-
-    def wait_s(self, now: float) -> float | None:
-        """How long until a drop's resend is due regardless; None when none is pending."""
-        return None if self.since is None else max(0.0, self.since + DROP_SETTLE_MAX_S - now)
-
-
 def retire_dropped_pipes(sock: zmq.Socket) -> None:
     """Let the socket act on the pipe closures the I/O thread has queued for it, so a
     send from now on is not routed into a dropped connection (reading ZMQ_EVENTS
-    processes the socket's pending commands, unlike a send, which may skip them)."""
+    processes the socket's pending commands, unlike a send, which may skip them).
+
+    libzmq reports a drop before it retires the connection's pipe, so a request
+    sent between the two would vanish with no further event: a dropped peer is
+    out of the pool until its next connection is made, and this runs then."""
     sock.getsockopt(zmq.EVENTS)
 
 
-def read_reply(payload: bytes) -> tuple[str | int | None, Any]:
-    """A reply's id and what it brings: its result map, or its typed error."""
+def monitor_event(frames: list[bytes]) -> int:
+    return parse_monitor_message(frames)["event"]
+
+
+def read_reply(payload: bytes) -> tuple[str | int | None, Any, Any]:
+    """A reply's id, what it brings (its result map, or its typed error) and the daemon's load."""
     try:
         reply = decode_reply(payload)
     except JevanyError as err:
-        return err.request_id, err
+        return err.request_id, err, None
     rid = reply["id"]
     if reply["ok"]:
-        return rid, reply["result"]
-    return rid, error_from_wire(reply["error"], request_id=rid)
+        return rid, reply["result"], reply.get("load")
+    return rid, error_from_wire(reply["error"], request_id=rid), reply.get("load")
 
 
 def timeout_error(
@@ -239,13 +242,16 @@ def raise_first_error(results: list) -> None:
 
 
 def connect(context: zmq.Context, endpoints: list[str], curve: tuple | None) -> zmq.Socket:
-    """A DEALER connected to every endpoint (an asyncio context gives an asyncio socket)."""
+    """A DEALER connected to the endpoints: one daemon's, as each client holds one socket per daemon
+    (an asyncio context gives an asyncio socket)."""
     sock = context.socket(zmq.DEALER)
     sock.setsockopt(zmq.LINGER, 0)
+    if any(is_ipv6(e) for e in endpoints):
+        sock.setsockopt(zmq.IPV6, 1)     # an AAAA record's address; ZeroMQ connects only IPv4 without it
     if curve is not None:
         sock.curve_serverkey, sock.curve_publickey, sock.curve_secretkey = curve
     # Queue requests only on completed connections: a daemon that is down then
-    # holds none of them, and with several endpoints the live ones take the load.
+    # holds none of them (a send is refused, and the routing picks another).
     sock.setsockopt(zmq.IMMEDIATE, 1)
     sock.setsockopt(zmq.SNDHWM, _SEND_HWM)
     # Replies are bounded by the requests this client sent; a receive limit would
@@ -279,6 +285,10 @@ def worth_retrying(outcome: Any) -> bool:
 def backoff(attempt: int) -> float:
     # Jittered, so a fleet of clients turned away together does not come back together.
     return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2**attempt) * random.uniform(0.5, 1.0)
+
+
+def _state(body: Any) -> Any:
+    return body.get("state") if isinstance(body, dict) else None
 
 
 def _daemon_ms(timeout_ms, left: float | None) -> int | None:

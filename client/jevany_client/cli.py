@@ -34,6 +34,8 @@ _CONTROL_HELP = (
     "else ipc://$XDG_RUNTIME_DIR/jevany/control.sock."
 )
 _TIMEOUT_HELP = "Seconds to wait for the reply."
+_ROUTING_HELP = ("With several daemons: least_loaded (the default), affinity (a state's head keeps it on one "
+                 "daemon's prefix cache) or round_robin.")
 _JSON_HELP = "Print the raw result as JSON."
 
 
@@ -42,12 +44,12 @@ def _fail(code: int, message: str) -> typer.Exit:
     return typer.Exit(code)
 
 
-def _ask(endpoints: list[str], timeout: float, action: Callable[[Any], Any]) -> Any:
+def _ask(endpoints: list[str], timeout: float, action: Callable[[Any], Any], routing: str | None = None) -> Any:
     from .client import JevClient  # pyzmq loads only when a command talks to a daemon
 
     where = ", ".join(endpoints)
     try:
-        with JevClient(endpoints, timeout=timeout) as client:
+        with JevClient(endpoints, timeout=timeout, routing=routing) as client:
             return action(client)
     except JevUnreachableError as err:
         raise _fail(2, err.message) from None
@@ -78,9 +80,11 @@ def decide(
         ..., metavar="FILE.json", help="A decide body as JSON; - reads stdin."
     ),
     endpoint: list[str] = typer.Option(
-        None, "--endpoint", "-e", help=_ENDPOINT_HELP + " Repeat to spread over several daemons."
+        None, "--endpoint", "-e", help=_ENDPOINT_HELP + " Repeat to spread over several daemons; "
+        "dns+tcp://NAME:PORT stands for every address of NAME."
     ),
     timeout: float = typer.Option(30.0, "--timeout", min=0.001, help=_TIMEOUT_HELP),
+    routing: str = typer.Option(None, "--routing", help=_ROUTING_HELP),
     media: list[str] = typer.Option(
         None, "--media", help="An image or video for the request (repeatable): a path in the daemon's media "
         "root, or relative to it; its suffix says which, or write image:PATH / video:PATH. Added after "
@@ -100,7 +104,7 @@ def decide(
         except ValueError as exc:
             raise _fail(2, f"error: --media: {exc}") from None
         body["media"] = list(body.get("media") or []) + extra
-    result = _ask(endpoint or [default_endpoint()], timeout, lambda c: c.decide_many([body])[0])
+    result = _ask(endpoint or [default_endpoint()], timeout, lambda c: c.decide_many([body])[0], routing)
     _print_json(result)
 
 
@@ -151,6 +155,20 @@ def eval_suite(
         "failing retryably (daemon busy, restarting or gone); a rerun finishes the rest.",
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show the progress bar on stderr."),
+    routing: str = typer.Option(None, "--routing", help=_ROUTING_HELP),
+    shard: str = typer.Option(
+        None, "--shard", metavar="I/N|auto",
+        help="Run only shard I of N (items by a digest of their state); auto reads I and N from a Slurm "
+        "array task or a Kubernetes Indexed Job (JOB_COMPLETION_INDEX, JEVANY_SHARD_COUNT). Default --out: "
+        "SUITE.shard-I-of-N.results.jsonl. Join the shards with `jevany-eval merge`.",
+    ),
+    serve: str = typer.Option(
+        None, "--serve", metavar="'SERVE ARGS'",
+        help="Start a daemon of this run's own with these `jevany-daemon serve` arguments, on a private ipc "
+        "socket, and drain it at exit; its log goes beside the results.",
+    ),
+    serve_timeout: float = typer.Option(600.0, "--serve-timeout", min=0.001,
+                                        help="Seconds the --serve daemon may take to load."),
 ) -> None:
     """Evaluate a labelled suite through the daemon: resumable results, then a report.
 
@@ -163,7 +181,9 @@ def eval_suite(
 
     options = Options(suite=suite, endpoints=endpoint or None, concurrency=concurrency, out=out,
                       report=report, plot=plot, compare=compare, timeout=timeout, patience=patience,
-                      progress=progress)
+                      progress=progress, routing=routing, shard=shard, serve=serve, serve_timeout=serve_timeout)
+    if routing is not None:
+        _check_routing(routing)
     try:
         code = evaluate(options, echo=typer.echo)
     except EvalError as err:
@@ -171,8 +191,44 @@ def eval_suite(
     raise typer.Exit(code)
 
 
+def eval_merge(
+    suite: str = typer.Argument(..., metavar="SUITE.jsonl", help="The suite the results answer."),
+    results: list[str] = typer.Argument(..., metavar="RESULTS.jsonl...", help="Results files: the shards."),
+    out: str = typer.Option(..., "--out", "-o", metavar="MERGED.jsonl", help="The merged results file."),
+    report: str = typer.Option(None, "--report", metavar="REPORT.json", help="Write the report as JSON."),
+) -> None:
+    """Join results files of one suite: every line checked against the suite, conflicting duplicates
+    refused (exit 2), missing items listed (exit 3); the report is a single run's."""
+    from .eval import EvalError
+    from .eval.merge import merge
+
+    try:
+        code = merge(suite, results, out, report, echo=typer.echo)
+    except EvalError as err:
+        raise _fail(2, f"error: {err}") from None
+    raise typer.Exit(code)
+
+
+def _check_routing(routing: str) -> None:
+    from .routing import ROUTINGS
+
+    if routing not in ROUTINGS:
+        raise _fail(2, f"error: --routing must be one of {', '.join(ROUTINGS)}, got {routing!r}")
+
+
 client_app.command("eval")(eval_suite)
+client_app.command("eval-merge")(eval_merge)
 eval_app.command()(eval_suite)
+merge_app = typer.Typer(name="jevany-eval merge", add_completion=False)
+merge_app.command()(eval_merge)
+
+
+def eval_main() -> None:
+    """jevany-eval SUITE ... runs a suite; jevany-eval merge SUITE RESULTS... joins results files."""
+    if sys.argv[1:2] == ["merge"]:
+        merge_app(args=sys.argv[2:], prog_name="jevany-eval merge")
+    else:
+        eval_app()
 
 
 # -- jevany-ctl --------------------------------------------------------------
@@ -193,9 +249,18 @@ def status(
     endpoint: str = typer.Option(None, "--endpoint", "-e", help=_ENDPOINT_HELP),
     timeout: float = typer.Option(3.0, "--timeout", min=0.001, help=_TIMEOUT_HELP),
     as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
+    ready: bool = typer.Option(
+        False, "--ready", help="Print only the state; exit 0 if ready, 1 if not (starting, draining, drained), "
+        "2 if no reply: an exec probe for a ZeroMQ-only pod.",
+    ),
 ) -> None:
     """Show the model, workers, queue, batching, latency and error counts."""
-    result = _ask([endpoint or default_endpoint()], timeout, lambda c: c.status())
+    where = endpoint or default_endpoint()
+    result = _ask([where], timeout, lambda c: c.status())
+    if ready:
+        state = result.get("state") if isinstance(result, dict) else None
+        typer.echo(f"{where}: {state}")
+        raise typer.Exit(0 if state == "ready" else 1)
     if as_json:
         _print_json(result)
     else:

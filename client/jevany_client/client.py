@@ -1,4 +1,4 @@
-"""JevClient: one DEALER socket, pipelined requests, replies matched by id."""
+"""JevClient: one DEALER socket per daemon, pipelined requests, replies matched by id."""
 
 import math
 import os
@@ -13,27 +13,30 @@ import zmq
 from .bodies import as_wire_body, decide_body
 from .calls import (
     ASK_LIMIT,
-    DROP_EVENTS,
+    PEER_EVENTS,
     REMAINING,
     ClientOptions,
-    Drops,
     Exchange,
     Pause,
     connect,
+    monitor_event,
     raise_first_error,
     read_reply,
     retire_dropped_pipes,
     timeout_error,
 )
-from .errors import JevanyError
+from .errors import JevanyError, ShuttingDownError
+from .fleet import Fleet, Peer
 from .questions import Choice, Image, Noul, Score, Video
 from .schema import Media
 
 __all__ = ["JevClient", "decide_body"]
 
+WARMING_LOOK_S = 0.05     # while a first connection is awaited, how often the wait looks again
+
 
 class JevClient(ClientOptions):
-    """A connection to one or more jevany daemons over a single ZeroMQ DEALER socket.
+    """A connection to one or more jevany daemons, one ZeroMQ DEALER socket to each.
 
     Threads: a client belongs to the thread that first uses it, because a ZeroMQ
     socket must not be shared between threads. Calling it from any other thread
@@ -41,14 +44,21 @@ class JevClient(ClientOptions):
     context). `close()` alone may come from another thread, once the owner is
     done with the client.
 
-    Processes: after a fork the child transparently opens its own socket (and
-    context) on first use; the parent's socket is never touched in the child.
+    Processes: after a fork the child transparently opens its own sockets (and
+    context) on first use; the parent's sockets are never touched in the child.
 
-    `endpoint` is one endpoint or a list of them; with several, ZeroMQ spreads
-    requests over the daemons that are connected. `timeout` (seconds, None for
-    no limit) applies to every call that does not pass its own; on expiry a
-    call raises JevTimeoutError and the client stays usable, and a reply that
-    arrives later is discarded rather than handed to a later call.
+    `endpoint` is one endpoint or a list of them; `dns+tcp://NAME:PORT` stands
+    for every address NAME resolves to (`dns+tcp://NAME`: its SRV records),
+    looked up again every `resolve_every` seconds (discovery.py). With several
+    daemons, `routing` picks the daemon for each request (routing.py):
+    "least_loaded" (the default), "affinity" (an agent's states stay on one
+    daemon's prefix cache: the key is each call's `affinity=`, else a digest of
+    the state's head) or "round_robin". A daemon whose connection drops or that
+    answers shutting_down leaves the pool at once, until a new connection to
+    it is made. `timeout` (seconds, None for no limit) applies to every call
+    that does not pass its own; on expiry a call raises JevTimeoutError and the
+    client stays usable, and a reply that arrives later is discarded rather
+    than handed to a later call.
 
     `retries`: how many more times a `retryable` error (overloaded,
     shutting_down, worker_lost, deadline_exceeded, ...) is tried again, after
@@ -58,8 +68,8 @@ class JevClient(ClientOptions):
     ridden over by the others. 0 raises the first error. When a connection
     to a daemon drops (it was stopped or killed, or its host vanished), the
     replies it owed can never come, so such requests still awaited are sent
-    again (same ids, within the same `retries` bound); a duplicate reply is
-    discarded.
+    again (same ids, within the same `retries` bound) to a daemon in the pool;
+    a duplicate reply is discarded.
 
     CurveZMQ (TCP endpoints of a daemon started with --curve-secret-key):
     `server_public_key` is the daemon's public key (z85 text, or the path of
@@ -80,13 +90,14 @@ class JevClient(ClientOptions):
         client_secret_key_file: str | os.PathLike | None = None,
         client_public_key: str | bytes | None = None,
         client_secret_key: str | bytes | None = None,
+        routing: str | None = None,
+        resolve_every: float = 5.0,
     ) -> None:
         super().__init__(endpoint, timeout, retries, server_public_key, client_secret_key_file,
-                         client_public_key, client_secret_key)
+                         client_public_key, client_secret_key, routing, resolve_every)
         self._context = context
-        self._socket: zmq.Socket | None = None
-        self._monitor: zmq.Socket | None = None     # the socket's connection events
-        self._drops = Drops()
+        self._fleet: Fleet | None = None
+        self._by_socket: dict[zmq.Socket, Peer] = {}     # each peer's socket and monitor
         self._poller: zmq.Poller | None = None
         self._pid: int | None = None
         self._owner: int | None = None
@@ -108,21 +119,27 @@ class JevClient(ClientOptions):
         model: str | None = None,
         media: Iterable[Media | Image | Video | dict] | None = None,
         timeout: float | None = None,
+        affinity: str | None = None,
     ) -> dict:
-        """Ask one decision; returns the reply's `result` (PROTOCOL.md "decide result")."""
-        body = decide_body(state, questions, model, media)
-        return self._call("decide", body, self._wait(timeout), REMAINING)
+        """Ask one decision; returns the reply's `result` (PROTOCOL.md "decide result").
 
-    def decide_request(self, body: Mapping[str, Any], timeout: float | None = None) -> dict:
+        affinity: with routing="affinity", the key that keeps calls on one daemon
+        (an agent's session id); None: a digest of the state's head."""
+        body = decide_body(state, questions, model, media)
+        return self._call("decide", body, self._wait(timeout), REMAINING, affinity)
+
+    def decide_request(self, body: Mapping[str, Any], timeout: float | None = None,
+                       affinity: str | None = None) -> dict:
         """Ask one decision given as its body: what decide_body() returns, or the same map
         written by hand (a suite line); its questions may be typed. Returns its result."""
-        return self._call("decide", as_wire_body(body), self._wait(timeout), REMAINING)
+        return self._call("decide", as_wire_body(body), self._wait(timeout), REMAINING, affinity)
 
     def decide_many(
         self,
         requests: Iterable[dict],
         timeout: float | None = None,
         return_exceptions: bool = False,
+        affinity: str | Sequence[str | None] | None = None,
     ) -> list:
         """Pipeline many `decide` bodies over the one socket; results in request order.
 
@@ -177,8 +194,8 @@ class JevClient(ClientOptions):
         """
         return self._call(op, body, self._wait(timeout), timeout_ms)
 
-    def _call(self, op: str, body: dict | None, wait: float | None, timeout_ms) -> dict:
-        [outcome] = self._run(self._tries(op, [body], wait, timeout_ms, raise_unsendable=True))
+    def _call(self, op: str, body: dict | None, wait: float | None, timeout_ms, affinity=None) -> dict:
+        [outcome] = self._run(self._tries(op, [body], wait, timeout_ms, raise_unsendable=True, affinity=affinity))
         if isinstance(outcome, JevanyError):
             raise outcome
         return outcome
@@ -208,15 +225,18 @@ class JevClient(ClientOptions):
 
     def close(self) -> None:
         self._closed = True
-        sock, monitor, self._socket, self._monitor = self._socket, self._monitor, None, None
-        if sock is not None and self._pid == os.getpid():
-            sock.disable_monitor()
-            monitor.close(linger=0)
-            sock.close(linger=0)
+        fleet, self._fleet = self._fleet, None
+        if fleet is not None and self._pid == os.getpid():
+            for peer in fleet.peers.values():
+                peer.close_sockets()
 
-    # -- the socket ------------------------------------------------------------
+    def shares(self) -> dict[str, int]:
+        """Requests sent to each daemon so far, by endpoint (resends included)."""
+        return {} if self._fleet is None else {e: p.sent for e, p in sorted(self._fleet.peers.items())}
 
-    def _socket_for_caller(self) -> zmq.Socket:
+    # -- the sockets, one per daemon ----------------------------------------------
+
+    def _ready_for_caller(self) -> None:
         if self._closed:
             raise RuntimeError("this JevClient is closed")
         pid = os.getpid()
@@ -232,106 +252,150 @@ class JevClient(ClientOptions):
                 "this JevClient belongs to another thread; ZeroMQ sockets cannot be shared "
                 "between threads, so create one JevClient per thread"
             )
-        return self._socket
 
     def _open(self, pid: int) -> None:
-        forked = self._pid is not None
-        if forked:
-            # The inherited socket and context belong to the parent's I/O thread,
+        if self._pid is not None:
+            # Forked: the inherited sockets and context belong to the parent's I/O thread,
             # which does not exist here: drop them without closing anything.
-            self._socket = self._monitor = None
             self._context = None
             self._new_id_space()
-        context = zmq.Context.instance() if self._context is None else self._context
-        self._socket = connect(context, self.endpoints, self._curve)
-        self._monitor = self._socket.get_monitor_socket(DROP_EVENTS)
-        self._drops = Drops()
+        self._context = zmq.Context.instance() if self._context is None else self._context
+        self._fleet = Fleet(self.endpoints, self.routing, self.resolve_every)
+        self._by_socket = {}
         self._poller = zmq.Poller()
-        self._poller.register(self._socket, zmq.POLLIN)
-        self._poller.register(self._monitor, zmq.POLLIN)
-        self._context = context
         self._pid = pid
         self._owner = threading.get_ident()
 
+    def _sync_fleet(self) -> None:
+        """Open the daemons discovery found, close the retired ones that hold nothing."""
+        added, closing = self._fleet.refresh()
+        for peer in added:
+            peer.socket = self._fleet.connect(peer, lambda: connect(self._context, [peer.endpoint], self._curve))
+            peer.monitor = peer.socket.get_monitor_socket(PEER_EVENTS)
+            for sock in (peer.socket, peer.monitor):
+                self._poller.register(sock, zmq.POLLIN)
+                self._by_socket[sock] = peer
+        for peer in closing:
+            for sock in (peer.socket, peer.monitor):
+                self._poller.unregister(sock)
+                del self._by_socket[sock]
+            peer.close_sockets()
+
     def _exchange(self, step: Exchange) -> dict[str, Any]:
-        sock = self._socket_for_caller()
-        exchange = _Exchange(step.requests, resends=step.resends)
+        self._ready_for_caller()
+        self._sync_fleet()
+        exchange = _Exchange(step, self._fleet)
         deadline = None if step.wait is None else time.monotonic() + step.wait
-        self._read_drops()   # drops before this call cost none of its requests
-        exchange.send_ready(sock)
+        self._read_events(exchange)   # drops before this call cost none of its requests
+        exchange.send_ready()
         while exchange.awaited:
             poll_ms = _poll_ms(deadline)
             if poll_ms == 0:
                 break
-            self._poller.modify(sock, zmq.POLLIN | (zmq.POLLOUT if exchange.unsent else 0))
-            ready = dict(self._poller.poll(_sooner(poll_ms, self._drops.wait_s(time.monotonic()))))
-            resend = self._read_drops()
-            if resend:
-                retire_dropped_pipes(sock)
-                exchange.send_again()
-            events = ready.get(sock, 0)
-            if events & zmq.POLLOUT or (exchange.unsent and resend):
-                exchange.send_ready(sock)
-            if events & zmq.POLLIN:
-                exchange.receive_ready(sock)
+            self._arm(exchange)
+            ready = dict(self._poller.poll(_sooner(poll_ms, self._next_look())))
+            self._sync_fleet()
+            self._read_events(exchange)
+            for sock, events in ready.items():
+                peer = self._by_socket.get(sock)
+                if peer is not None and sock is peer.socket and events & zmq.POLLIN:
+                    exchange.receive_ready(peer)
+            if exchange.unsent:
+                exchange.send_ready()
         self.discarded += exchange.discarded
-        exchange.time_out(step, ", ".join(self.endpoints))
+        where = ", ".join(self.endpoints) + (f" ({self._fleet.problem})" if self._fleet.problem else "")
+        exchange.time_out(step, where)
         return exchange.outcomes
 
-    def _read_drops(self) -> bool:
-        """Take the monitor's waiting events; True when a drop's requests should go again now."""
-        due = False
-        while True:
-            try:
-                frames = self._monitor.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return self._drops.note(None, time.monotonic()) or due
-            due = self._drops.note(frames, time.monotonic()) or due
+    def _next_look(self) -> float | None:
+        """When to look again without an event: a lookup due, or a first connection's grace passing."""
+        return _earliest(self._fleet.refresh_in(), WARMING_LOOK_S if self._fleet.warming() else None)
+
+    def _arm(self, exchange: "_Exchange") -> None:
+        """Wake for replies from every daemon, and for room on the candidates while requests wait."""
+        writable = set(self._fleet.candidates()) if exchange.unsent else set()
+        for peer in self._fleet.peers.values():
+            self._poller.modify(peer.socket, zmq.POLLIN | (zmq.POLLOUT if peer in writable else 0))
+
+    def _read_events(self, exchange: "_Exchange") -> None:
+        """Connections made and dropped, from each daemon's monitor."""
+        for peer in list(self._fleet.peers.values()):
+            while True:
+                try:
+                    frames = peer.monitor.recv_multipart(zmq.NOBLOCK)
+                except zmq.Again:
+                    break
+                if monitor_event(frames) == zmq.EVENT_DISCONNECTED:
+                    peer.dropped = True
+                    exchange.dropped(peer)
+                else:
+                    retire_dropped_pipes(peer.socket)
+                    peer.connected()
 
 
 class _Exchange:
-    """One call's requests: which are unsent, which await a reply, what came back."""
+    """One call's requests: which are unsent, which await a reply and where, what came back."""
 
-    def __init__(self, requests: list[tuple[str, bytes]], resends: int = 0) -> None:
-        self.unsent = deque(requests)
-        self.payloads = dict(requests)
-        self.awaited = {rid for rid, _ in requests}
+    def __init__(self, step: Exchange, fleet: Fleet) -> None:
+        self.fleet = fleet
+        self.unsent = deque(rid for rid, _ in step.requests)
+        self.payloads = dict(step.requests)
+        self.keys = step.keys
+        self.awaited = set(self.payloads)
         self.sent: set[str] = set()
-        self.resends_left = dict.fromkeys(self.awaited, resends)
+        self.where: dict[str, Peer] = {}
+        self.resends_left = dict.fromkeys(self.awaited, step.resends)
         self.outcomes: dict[str, Any] = {}
         self.discarded = 0
         self.unattributed: JevanyError | None = None
 
-    def send_ready(self, sock: zmq.Socket) -> None:
+    def send_ready(self) -> None:
+        blocked: set[Peer] = set()
         while self.unsent:
+            rid = self.unsent[0]
+            peer = self.fleet.choose(self.keys.get(rid), blocked)
+            if peer is None:
+                return      # no daemon can take it now: not connected yet, or its queue full
             try:
-                sock.send(self.unsent[0][1], zmq.NOBLOCK)
+                peer.socket.send(self.payloads[rid], zmq.NOBLOCK)
             except zmq.Again:
-                return  # no daemon connected yet, or the send queue is full
-            self.sent.add(self.unsent.popleft()[0])
+                if peer.warming(self.fleet.clock()):
+                    return      # its first connection is on its way: wait for it (fleet.CONNECT_GRACE_S)
+                blocked.add(peer)
+                continue
+            self.unsent.popleft()
+            self.sent.add(rid)
+            self.where[rid] = peer
+            peer.pending.add(rid)
+            peer.sent += 1
 
-    def send_again(self) -> None:
-        """A connection dropped: whatever it carried will never be answered, so send what is
-        still awaited once more (it may have gone to a daemon that is fine; the duplicate
-        reply is discarded)."""
-        queued = {rid for rid, _ in self.unsent}
-        for rid in sorted(self.awaited - queued):
+    def dropped(self, peer: Peer) -> None:
+        """A connection dropped: what it carried will never be answered, so what is still awaited
+        from it goes again, to a daemon in the pool (a duplicate reply is discarded)."""
+        for rid in sorted(rid for rid, at in self.where.items() if at is peer):
+            del self.where[rid]
+            peer.pending.discard(rid)
             if self.resends_left[rid] > 0:
                 self.resends_left[rid] -= 1
-                self.unsent.append((rid, self.payloads[rid]))
+                self.unsent.append(rid)
 
-    def receive_ready(self, sock: zmq.Socket) -> None:
+    def receive_ready(self, peer: Peer) -> None:
         while True:
             try:
-                frames = sock.recv_multipart(zmq.NOBLOCK)
+                frames = peer.socket.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 return
-            self._settle(*read_reply(frames[-1]))
+            rid, outcome, load = read_reply(frames[-1])
+            self._settle(rid, outcome)
+            peer.note_load(load, self.fleet.clock())
+            if isinstance(outcome, ShuttingDownError):
+                peer.draining = True     # out of the pool now; the retry goes elsewhere
 
     def _settle(self, rid: str | int | None, outcome: Any) -> None:
         if rid in self.awaited:
             self.awaited.remove(rid)
             self.outcomes[rid] = outcome
+            self._release(rid)
             return
         # A late reply to a call that already timed out, or one the daemon could
         # not tie to an id: never hand it to a request it does not belong to.
@@ -339,9 +403,20 @@ class _Exchange:
         if rid is None and isinstance(outcome, JevanyError):
             self.unattributed = outcome
 
+    def _release(self, rid: str) -> None:
+        peer = self.where.pop(rid, None)
+        if peer is not None:
+            peer.pending.discard(rid)
+
     def time_out(self, step: Exchange, where: str) -> None:
         for rid in self.awaited:
+            self._release(rid)
             self.outcomes[rid] = timeout_error(step, where, rid, rid in self.sent, self.unattributed)
+
+
+def _earliest(*seconds: float | None) -> float | None:
+    given = [s for s in seconds if s is not None]
+    return min(given) if given else None
 
 
 def _poll_ms(deadline: float | None) -> int | None:

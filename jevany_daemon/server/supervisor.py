@@ -419,7 +419,8 @@ class Supervisor:
             if request.op == "decide" and self.settings.log_requests:
                 # Refused before it was queued (overloaded, shutting_down, a bad body): still one line.
                 event(log, "request", id=request.id, outcome=exc.code)
-            self.send(sock, envelope, error_reply(request.id, exc))
+            reply = error_reply(request.id, exc)
+            self.send(sock, envelope, self.with_load(reply) if request.op == "decide" else reply)
             return
         if result is not None:
             self.record(request.op, None, transport=self.transport(sock))
@@ -606,7 +607,7 @@ class Supervisor:
         self.record("decide", None, latency, self.transport(entry.sock))
         if self.settings.log_requests:
             event(log, "request", id=entry.id, outcome="ok", ms=round(latency * 1000, 2))
-        self.send(entry.sock, entry.envelope, ok_reply(entry.id, result))
+        self.send(entry.sock, entry.envelope, self.with_load(ok_reply(entry.id, result)))
 
     def reply_error(self, entry: Entry, err: JevanyError) -> None:
         now = self.clock()
@@ -614,7 +615,13 @@ class Supervisor:
         self.record("decide", err.code, now - entry.received, self.transport(entry.sock))
         if self.settings.log_requests:
             event(log, "request", id=entry.id, outcome=err.code)
-        self.send(entry.sock, entry.envelope, error_reply(entry.id, err))
+        self.send(entry.sock, entry.envelope, self.with_load(error_reply(entry.id, err)))
+
+    def with_load(self, reply: dict) -> dict:
+        """A decide reply carries this daemon's load (PROTOCOL.md, "load"): what clients routing
+        over several daemons weigh, read here rather than asked for by a status call."""
+        reply["load"] = {"queue": len(self.queue), "inflight": self.pool.inflight()}
+        return reply
 
     def send(self, sock, envelope: list, reply: dict) -> None:
         try:

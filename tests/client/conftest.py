@@ -26,12 +26,18 @@ class Fake:
 
 
 @contextmanager
-def fake_daemon(directory: Path, name: str, control: bool = False):
-    endpoint = f"ipc://{directory}/{name}.sock"
+def fake_daemon(directory: Path, name: str, control: bool = False, load: int | None = None,
+                endpoint: str | None = None, state: str = "ready"):
+    """endpoint: where it binds (default an ipc socket in directory); load: the load its replies report;
+    state: what its status says."""
+    endpoint = endpoint or f"ipc://{directory}/{name}.sock"
     control_endpoint = f"ipc://{directory}/{name}-control.sock" if control else None
     command = [sys.executable, str(FAKE_DAEMON), endpoint, "--name", name]
     if control_endpoint:
         command += ["--control", control_endpoint]
+    if load is not None:
+        command += ["--load", str(load)]
+    command += ["--state", state]
     log = directory / f"{name}.log"
     with open(log, "wb") as stderr:
         process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=stderr)

@@ -22,6 +22,12 @@ Two more `decide` states:
                                seconds later
   {"keep_on": NAME, ...}       never answered by the daemon named NAME (status
                                "kept" counts them), the echo at once elsewhere
+  {"refuse_on": NAME, "error": CODE, ...}
+                               the error reply for CODE from the daemon named
+                               NAME, the echo at once elsewhere
+With --load Q every decide reply carries the load {"queue": Q, "inflight": 0}
+(PROTOCOL.md); status "decided" counts the decide requests received. With
+--state S its status says state S (default "ready").
 A ping's result names the daemon ("server"), so a client on several
 endpoints can tell which ones it has reached.
 """
@@ -41,8 +47,12 @@ SLOW_S = 1.0
 
 
 class FakeDaemon:
-    def __init__(self, public: list[str], control: str | None, name: str) -> None:
+    def __init__(self, public: list[str], control: str | None, name: str, load: int | None = None,
+                 state: str = "ready") -> None:
         self.name = name
+        self.state = state
+        self.load = load
+        self.decided = 0
         self.started = time.monotonic()
         self.context = zmq.Context()
         self.control_sockets = set()
@@ -110,11 +120,16 @@ class FakeDaemon:
 
     def reply_ok(self, sock: zmq.Socket, envelope: list, rid, result: dict) -> None:
         self.ok += 1
-        self.send(sock, envelope, ok_reply(rid, {**result, "order": self.sent}))
+        self.send(sock, envelope, self.loaded(ok_reply(rid, {**result, "order": self.sent}), result))
 
     def reply_error(self, sock: zmq.Socket, envelope: list, rid, err: JevanyError) -> None:
         self.errors[err.code] = self.errors.get(err.code, 0) + 1
-        self.send(sock, envelope, error_reply(rid, err))
+        self.send(sock, envelope, self.loaded(error_reply(rid, err), {"answers": None}))
+
+    def loaded(self, reply: dict, result: dict) -> dict:
+        if self.load is not None and "answers" in result:      # decide replies only, as the daemon
+            reply["load"] = {"queue": self.load, "inflight": 0}
+        return reply
 
     def op_ping(self, sock, envelope, request) -> None:
         self.reply_ok(sock, envelope, request.id, {"pong": True, "version": "test", "server": self.name})
@@ -139,6 +154,9 @@ class FakeDaemon:
     def op_decide(self, sock, envelope, request) -> None:
         state = request.body.get("state")
         rid = request.id
+        self.decided += 1
+        if isinstance(state, dict) and state.get("refuse_on") == self.name:
+            return self.reply_error(sock, envelope, rid, fake_error(state["error"]))
         if isinstance(state, dict) and "record" in state:
             self.arrivals.setdefault(state["record"], []).append(time.monotonic())
             return self.reply_error(sock, envelope, rid, fake_error(state["error"]))
@@ -176,7 +194,7 @@ class FakeDaemon:
     def status(self) -> dict:
         return {
             "version": "test", "pid": os.getpid(), "uptime_s": time.monotonic() - self.started,
-            "state": "ready", "endpoints": self.endpoints, "max_message_bytes": 1 << 20,
+            "state": self.state, "endpoints": self.endpoints, "max_message_bytes": 1 << 20,
             "model": {"id": "fake-tiny", "source": "/models/fake-tiny", "readout": "choice",
                       "layout": "rows", "device": "cpu", "dtype": "fp32"},
             "batching": {"max_batch_size": 32, "max_packed_tokens": 8192, "batches": 7,
@@ -194,6 +212,7 @@ class FakeDaemon:
             "held": {group: len(held) for group, held in self.groups.items()},
             "arrivals": self.arrivals,
             "kept": self.kept,
+            "decided": self.decided,
         }
 
 
@@ -209,8 +228,10 @@ def main() -> None:
     parser.add_argument("endpoints", nargs="+")
     parser.add_argument("--control")
     parser.add_argument("--name", default="fake")
+    parser.add_argument("--load", type=int)
+    parser.add_argument("--state", default="ready")
     args = parser.parse_args()
-    FakeDaemon(args.endpoints, args.control, args.name).run()
+    FakeDaemon(args.endpoints, args.control, args.name, args.load, args.state).run()
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ from typer.testing import CliRunner
 from jevany_client import JevClient, WorkerLostError
 from jevany_client.cli import client_app, ctl_app, format_status
 
+from .conftest import fake_daemon
+
 BODY = {"state": {"turn": 1}, "questions": {"q": {"type": "noul"}}}
 BIN = Path(sys.executable).parent
 
@@ -209,3 +211,23 @@ def test_client_decide_adds_media_by_suffix_or_prefix(runner, daemon, tmp_path):
     result = runner.invoke(client_app, ["decide", str(path), "-e", daemon.endpoint, "--media", "notes.txt"])
     assert result.exit_code == 2
     assert "--media: cannot tell whether 'notes.txt' is an image or a video; write image:notes.txt" in result.stderr
+
+
+def test_status_ready_exits_0_only_when_ready(runner, daemon, socket_dir, stale):
+    ready = runner.invoke(ctl_app, ["status", "--ready", "--endpoint", daemon.endpoint])
+    assert (ready.exit_code, ready.output) == (0, f"{daemon.endpoint}: ready\n")
+    with fake_daemon(socket_dir, "loading", state="starting") as loading:
+        starting = runner.invoke(ctl_app, ["status", "--ready", "--endpoint", loading.endpoint])
+    assert (starting.exit_code, starting.output) == (1, f"{loading.endpoint}: starting\n")
+    gone = runner.invoke(ctl_app, ["status", "--ready", "--endpoint", stale, "--timeout", "0.2"])
+    assert gone.exit_code == 2
+
+
+def test_client_decide_routes_as_asked_and_refuses_an_unknown_routing(runner, daemon, beta, tmp_path):
+    body = tmp_path / "request.json"
+    body.write_text(json.dumps({"state": "x" * 2000, "questions": {"urgent": {"type": "noul"}}}))
+    args = ["decide", str(body), "-e", daemon.endpoint, "-e", beta.endpoint, "--routing"]
+    servers = {json.loads(runner.invoke(client_app, [*args, "affinity"]).output)["server"] for _ in range(6)}
+    assert len(servers) == 1                        # one state, one daemon, call after call
+    refused = runner.invoke(client_app, [*args, "fastest"])
+    assert refused.exit_code == 2 and "routing must be one of" in refused.output

@@ -208,10 +208,11 @@ def test_ids_are_unique_and_short():
 
 def _child_decides(client, queue):
     try:
-        inherited = client._socket  # held, so a new socket cannot reuse its id
+        inherited = [peer.socket for peer in client._fleet.peers.values()]  # held, so no new socket reuses an id
         state = f"child-{os.getpid()}"
         result = client.decide(state, QUESTIONS)
-        queue.put((result["state"] == state, client._socket is not inherited))
+        mine = [peer.socket for peer in client._fleet.peers.values()]
+        queue.put((result["state"] == state, not any(a is b for a in mine for b in inherited)))
     except BaseException as exc:  # report, do not hang the parent
         queue.put(repr(exc))
 

@@ -1,23 +1,23 @@
 """A daemon that dies holding requests: what it held goes again, and none of it is lost.
 
 libzmq reports a dropped connection before it retires the connection's pipe,
-so a request resent at once can be routed into the dead pipe and vanish with
-no further event (calls.Drops). Each trial below kills a daemon that holds
-requests while a second one serves; every request must be answered. The race
-is timing-dependent: with the resend made at the drop event itself, about one
-trial in thirty lost requests on an idle machine and one in five with both
-cores busy, so the trials run under either client, several times each.
+so a request resent into that socket at once can be routed into the dead pipe
+and vanish with no further event; a client therefore takes a dropped daemon
+out of its pool until a new connection to it is made (fleet.py), and resends
+to the others. Each trial below kills a daemon that holds requests while a
+second one serves; every request must be answered. The race is
+timing-dependent (with one socket over both daemons and the resend made at
+the drop event itself, about one trial in thirty lost requests on an idle
+machine and one in five with both cores busy), so the trials run under
+either client, several times each.
 """
 import asyncio
-import struct
 import threading
 import time
 
 import pytest
-import zmq
 
 from jevany_client import AsyncJevClient, Choice, JevClient, decide_body
-from jevany_client.calls import DROP_SETTLE_MAX_S, Drops
 
 from .conftest import fake_daemon
 
@@ -25,37 +25,6 @@ QUESTIONS = {"pick": Choice(["red", "blue"])}
 TRIALS = 25
 REQUESTS = 24
 WITHIN_S = 60.0          # a bound on each trial, not a speed check
-
-
-def event(kind: int, endpoint: bytes = b"ipc:///x") -> list[bytes]:
-    """A monitor message as libzmq sends it: event and value, then the endpoint."""
-    return [struct.pack("=hi", kind, 0), endpoint]
-
-
-def test_a_drop_resends_at_the_next_event_not_at_its_own():
-    drops = Drops()
-    assert drops.wait_s(0.0) is None
-    assert drops.note(event(zmq.EVENT_DISCONNECTED), 10.0) is False     # its pipe may still be routed to
-    assert drops.wait_s(10.0) == pytest.approx(DROP_SETTLE_MAX_S)
-    assert drops.note(None, 10.0) is False
-    assert drops.note(event(zmq.EVENT_CONNECT_RETRIED), 10.01) is True
-    assert drops.wait_s(10.01) is None and drops.note(event(zmq.EVENT_CONNECT_RETRIED), 10.02) is False
-
-
-def test_a_drop_with_no_later_event_resends_after_the_settle_time():
-    drops = Drops()
-    drops.note(event(zmq.EVENT_DISCONNECTED), 5.0)
-    assert drops.note(None, 5.0 + DROP_SETTLE_MAX_S / 2) is False
-    assert drops.note(None, 5.0 + DROP_SETTLE_MAX_S) is True
-    assert drops.wait_s(6.0) is None
-
-
-def test_a_second_drop_settles_the_first_and_waits_for_its_own():
-    drops = Drops()
-    drops.note(event(zmq.EVENT_DISCONNECTED, b"ipc:///a"), 1.0)
-    assert drops.note(event(zmq.EVENT_DISCONNECTED, b"ipc:///b"), 1.01) is True
-    assert drops.wait_s(1.01) == pytest.approx(DROP_SETTLE_MAX_S)      # b's pipe is still pending
-    assert drops.note(event(zmq.EVENT_CONNECT_RETRIED, b"ipc:///a"), 1.02) is True
 
 
 def _kill_once_it_keeps(holder, done: threading.Event, held: list) -> None:

@@ -134,3 +134,29 @@ def test_a_daemon_restart_mid_run_loses_nothing(served, suite, tmp_path):
     records = [json.loads(line) for line in out.read_text().splitlines()]
     assert sorted(r["index"] for r in records) == list(range(N_ITEMS))
     assert all("result" in r for r in records), [r for r in records if "error" in r][:3]
+
+
+def test_two_shards_one_on_a_private_daemon_merge_into_one_runs_report(served, suite, tmp_path, tiny_model):
+    """Shard 0 through the shared daemon, shard 1 through a daemon of its own (--serve, the same
+    settings), merged: the report is byte for byte the single run's."""
+    single, shards = tmp_path / "single.jsonl", [tmp_path / "s0.jsonl", tmp_path / "s1.jsonl"]
+    small = tmp_path / "small.jsonl"                        # ten items: the private daemon's load is the cost
+    small.write_text("".join(suite.read_text().splitlines(keepends=True)[:10]))
+    suite = small
+    finish(start_eval(suite, served.endpoint, single, "--report", str(tmp_path / "single.json")))
+    finish(start_eval(suite, served.endpoint, shards[0], "--shard", "0/2"))
+    serve = f"--model {tiny_model('qwen3', 'pointer')} " + " ".join(served.args)
+    private = subprocess.run(
+        [str(BIN / "jevany-eval"), str(suite), "--shard", "1/2", "--serve", serve, "--out", str(shards[1]),
+         "--concurrency", "2", "--no-progress"], capture_output=True, text=True, timeout=RUN_WITHIN_S)
+    assert private.returncode == 0, private.stdout + private.stderr
+    held = [set(indices(path)) for path in shards]
+    assert held[0] and held[1] and not held[0] & held[1]
+    log = (tmp_path / "s1.daemon.log").read_text()
+    socket_dir = Path(log.split("endpoints=ipc://", 1)[1].split()[0]).parent
+    assert "event=stop exit_code=0" in log and not socket_dir.exists()     # drained, and cleaned up
+    merge = subprocess.run(
+        [str(BIN / "jevany-eval"), "merge", str(suite), *map(str, shards), "--out", str(tmp_path / "all.jsonl"),
+         "--report", str(tmp_path / "merged.json")], capture_output=True, text=True, timeout=RUN_WITHIN_S)
+    assert merge.returncode == 0, merge.stdout + merge.stderr
+    assert (tmp_path / "merged.json").read_bytes() == (tmp_path / "single.json").read_bytes()

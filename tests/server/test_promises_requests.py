@@ -76,6 +76,26 @@ def test_overloaded_means_the_worker_never_saw_the_request(daemon):
     assert daemon.status()["requests"]["by_error_code"]["overloaded"] == errors_before + 1
 
 
+def test_decide_replies_carry_the_load_the_daemon_had_as_it_replied(daemon):
+    worker = serving_worker(daemon)
+    with Raw(daemon.endpoint) as raw:
+        with frozen(worker["pid"]):
+            raw.send("load-a", "decide", BODIES[0])
+            wait_for(lambda: serving_worker(daemon)["inflight"] == 1, 30, "the first request handed over")
+            raw.send("load-b", "decide", BODIES[1])
+            wait_for(lambda: daemon.status()["queue"]["depth"] == 1, 30, "the second request queued")
+            raw.send("load-c", "decide", BODIES[2])                          # the queue (1) is full
+            refused = raw.recv()
+            raw.send("load-p", "ping")
+            pong = raw.recv()
+        replies = {r["id"]: r for r in (raw.recv(), raw.recv())}
+    assert (code(refused), refused["load"]) == ("overloaded", {"queue": 1, "inflight": 1})
+    # load-a is answered once load-b has been handed to the worker; load-b when nothing is left
+    assert replies["load-a"]["load"] == {"queue": 0, "inflight": 1}
+    assert replies["load-b"]["load"] == {"queue": 0, "inflight": 0}
+    assert "load" not in pong                                           # decide replies only
+
+
 def test_a_failed_pass_is_internal_for_its_request_alone_and_the_worker_goes_on(daemon, triggers):
     worker = serving_worker(daemon)
     with daemon.client(timeout=60, retries=0) as client:

@@ -12,6 +12,7 @@ import os
 import signal
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass
 
 from ..errors import JevTimeoutError, JevUnreachableError
@@ -19,10 +20,12 @@ from .compare import compare_runs
 from .compare import summary as compare_summary
 from .errors import EvalError
 from .plot import check_plotting, plot_reliability
+from .private import PrivateDaemon, log_path_for
 from .report import build_report, rounded, write_report
 from .report import summary as report_summary
 from .results import ResultsLog, read_results
 from .runner import Runner, RunSummary
+from .shards import Shard, parse_shard
 from .suite import Item, read_suite
 
 INCOMPLETE = 3
@@ -42,20 +45,34 @@ class Options:
     timeout: float = 60.0                   # one request, the client's retries included
     patience: float = 120.0
     progress: bool = True
+    routing: str | None = None              # None: least_loaded over several daemons
+    shard: str | None = None                # "I/N" or "auto" (shards.py)
+    serve: str | None = None                # serve arguments of a private daemon (private.py)
+    serve_timeout: float = 600.0
 
 
-def default_out(suite: str) -> str:
+def default_out(suite: str, shard: Shard | None = None) -> str:
     root, ext = os.path.splitext(suite)
-    return f"{root if ext == '.jsonl' else suite}.results.jsonl"
+    return f"{root if ext == '.jsonl' else suite}{'.' + shard.name if shard else ''}.results.jsonl"
 
 
 def evaluate(options: Options, echo: Callable[[str], None] = print) -> int:
     items = read_suite(options.suite)
+    shard = parse_shard(options.shard)
+    if shard is not None:
+        if options.compare:
+            raise EvalError("--compare reads a whole run: merge the shards first, then compare")
+        items = [item for item in items if shard.holds(item)]
+    if options.serve is not None and options.endpoints:
+        raise EvalError("--serve starts a daemon of its own: give --endpoint or --serve, not both")
     if options.plot:
         check_plotting()                                   # before the run, not after it
     other = read_results(options.compare, items) if options.compare else None
-    out = options.out or default_out(options.suite)
+    out = options.out or default_out(options.suite, shard)
     with ResultsLog(out, items) as log:
+        if not items:
+            echo(f"{shard.name} holds none of the suite's items; {out} stays empty")
+            return 0
         todo = [item for item in items if item.index not in log.done]
         if todo:
             code = _run(options, todo, log, len(items), echo)
@@ -77,9 +94,12 @@ def evaluate(options: Options, echo: Callable[[str], None] = print) -> int:
 
 def _run(options: Options, todo: list[Item], log: ResultsLog, total: int, echo) -> int | None:
     """Send the items; an exit code if the run ended early, None if the report should follow."""
-    started = time.perf_counter()
+    private = PrivateDaemon(options.serve, log_path_for(log.path), options.serve_timeout) if options.serve else None
     try:
-        outcome = asyncio.run(_send(options, todo, log, total))
+        with private or nullcontext():
+            endpoints = [private.endpoint] if private else options.endpoints
+            started = time.perf_counter()      # a private daemon's loading is not the run's rate
+            outcome = asyncio.run(_send(options, endpoints, todo, log, total))
     except KeyboardInterrupt:
         echo(f"interrupted: {len(log.done)} of {total} items are in {log.path}; "
              "run the same command again to finish")
@@ -102,14 +122,14 @@ def _retried(outcome: RunSummary) -> str:
     return " (tried again after: " + ", ".join(f"{code} {n}" for code, n in sorted(outcome.retried.items())) + ")"
 
 
-async def _send(options: Options, todo: list[Item], log: ResultsLog, total: int) -> RunSummary:
+async def _send(options: Options, endpoints, todo: list[Item], log: ResultsLog, total: int) -> RunSummary:
     from ..async_client import AsyncJevClient    # pyzmq and rich load only when there is something to send
     from .progress import ProgressBar
 
     main = asyncio.current_task()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
     try:
-        client = AsyncJevClient(options.endpoints, timeout=options.timeout)
+        client = AsyncJevClient(endpoints, timeout=options.timeout, routing=options.routing)
     except ValueError as exc:
         raise EvalError(f"--endpoint: {exc}") from None
     async with client:

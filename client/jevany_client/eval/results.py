@@ -83,8 +83,7 @@ class ResultsLog:
         return records
 
     def append(self, record: dict) -> None:
-        line = json.dumps(record, ensure_ascii=False, allow_nan=False, separators=(",", ":")) + "\n"
-        os.write(self.fd, line.encode())
+        os.write(self.fd, record_line(record))
         self.done[record["index"]] = record
 
     def close(self) -> None:
@@ -97,6 +96,10 @@ class ResultsLog:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def record_line(record: dict) -> bytes:
+    return (json.dumps(record, ensure_ascii=False, allow_nan=False, separators=(",", ":")) + "\n").encode()
 
 
 def _read_all(fd: int) -> bytes:

@@ -1,0 +1,101 @@
+"""jevany-eval across hosts, without a daemon: shards of a suite, and merging results files.
+
+(A sharded run through real daemons, one of them private, merged into one run's
+report: tests/client/test_eval_daemon.py.)
+"""
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from jevany_client.cli import merge_app
+from jevany_client.eval import EvalError
+from jevany_client.eval.shards import Shard, parse_shard
+from jevany_client.eval.suite import read_suite
+
+BIN = Path(sys.executable).parent
+QUESTIONS = {"urgent": {"type": "noul"}, "action": {"type": "choice", "criteria": {"refund": None, "close": None}}}
+
+
+@pytest.fixture
+def suite(tmp_path) -> Path:
+    """24 items over 8 states, each state asked three times, interleaved as a real suite would be."""
+    lines = [{"state": {"ticket": f"ticket {i % 8}", "text": "parcel late " * (i % 8)},
+              "questions": QUESTIONS, "labels": {"urgent": i % 2 == 0, "action": "close"}} for i in range(24)]
+    path = tmp_path / "suite.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def error_line(item, code: str) -> str:
+    record = {"index": item.index, "item": item.digest, "error": {"code": code, "message": code}}
+    return json.dumps(record, separators=(",", ":")) + "\n"          # as a run writes it
+
+
+def test_shards_split_the_suite_once_each_and_keep_a_state_in_one_shard(suite):
+    items = read_suite(str(suite))
+    shards = [Shard(i, 3) for i in range(3)]
+    owners = {item.index: [s.index for s in shards if s.holds(item)] for item in items}
+    assert all(len(held) == 1 for held in owners.values())
+    by_state = {}
+    for item in items:
+        by_state.setdefault(json.dumps(item.body["state"], sort_keys=True), set()).update(owners[item.index])
+    assert all(len(held) == 1 for held in by_state.values())
+    assert len({owner for held in owners.values() for owner in held}) >= 2
+
+
+def test_the_shard_comes_from_the_option_or_the_scheduler():
+    assert parse_shard("2/5") == Shard(2, 5)
+    assert parse_shard("auto", {"SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_MIN": "4",
+                                "SLURM_ARRAY_TASK_COUNT": "6"}) == Shard(3, 6)
+    assert parse_shard("auto", {"JOB_COMPLETION_INDEX": "1", "JEVANY_SHARD_COUNT": "4"}) == Shard(1, 4)
+    assert parse_shard(None) is None
+    for bad, env, message in [("5/5", {}, "does not exist"), ("1-2", {}, "I/N"), ("auto", {}, "Slurm array task"),
+                              ("auto", {"JOB_COMPLETION_INDEX": "1"}, "JEVANY_SHARD_COUNT must be a number")]:
+        with pytest.raises(EvalError, match=message):
+            parse_shard(bad, env)
+
+
+def test_merge_joins_shards_lists_what_is_missing_and_exits_3(suite, tmp_path):
+    items = read_suite(str(suite))
+    a, b, out = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "merged.jsonl"
+    a.write_text("".join(error_line(i, "internal") for i in items[:10]))
+    b.write_text("".join(error_line(i, "internal") for i in items[8:20]))       # 8 and 9 in both, alike
+    result = CliRunner().invoke(merge_app, [str(suite), str(a), str(b), "--out", str(out)])
+    assert result.exit_code == 3, result.output
+    assert "missing 4 items (index 20, 21, 22, 23)" in result.output
+    merged = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["index"] for r in merged] == list(range(20))                      # each once, in order
+    # the merged file is a results file a plain run resumes
+    resumed = subprocess.run([str(BIN / "jevany-eval"), str(suite), "--out", str(out), "--endpoint",
+                              f"ipc://{tmp_path}/nobody.sock", "--no-progress"], capture_output=True, text=True)
+    assert resumed.returncode == 2 and "no daemon at" in resumed.stderr       # it got as far as sending
+
+
+def test_merge_refuses_conflicting_duplicates_and_lines_of_another_suite_and_writes_nothing(suite, tmp_path):
+    items = read_suite(str(suite))
+    a, b, out = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "merged.jsonl"
+    a.write_text(error_line(items[3], "internal"))
+    b.write_text(error_line(items[3], "unknown_model"))
+    result = CliRunner().invoke(merge_app, [str(suite), str(a), str(b), "--out", str(out)])
+    assert result.exit_code == 2
+    assert "index 3 has different outcomes" in result.output and not out.exists()
+    b.write_text(json.dumps({"index": 4, "item": "0" * 16, "error": {"code": "internal", "message": ""}}) + "\n")
+    result = CliRunner().invoke(merge_app, [str(suite), str(a), str(b), "--out", str(out)])
+    assert result.exit_code == 2 and "answered for a different suite line" in result.output
+    assert not out.exists()
+
+
+def test_the_installed_command_dispatches_merge_and_the_report_is_written(suite, tmp_path):
+    items = read_suite(str(suite))
+    whole = tmp_path / "whole.jsonl"
+    whole.write_text("".join(error_line(i, "internal") for i in items))
+    out, report = tmp_path / "merged.jsonl", tmp_path / "report.json"
+    done = subprocess.run([str(BIN / "jevany-eval"), "merge", str(suite), str(whole), "--out", str(out),
+                           "--report", str(report)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(report.read_text())["items"] == {"answered": 0, "errors": 24, "not_done": 0}
+    assert out.read_bytes() == whole.read_bytes()
