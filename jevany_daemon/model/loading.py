@@ -27,6 +27,7 @@ from jevany_daemon.model.placement import Placement, plan as plan_placement
 from jevany_daemon.model.pointer_head import PointerHead
 from jevany_daemon.model.quiet import no_progress_bars
 from jevany_daemon.model.sources import is_hub_id, split_revision
+from jevany_daemon.server.logs import event
 
 __all__ = ["ModelLoadError", "default_model_id", "load_model", "parse_device", "parse_dtype"]
 
@@ -124,8 +125,9 @@ def load_model(
     if model.dtype == torch.float32:
         for d in model.devices:
             kernels.strict_fp32(d)
-    log.info("loaded %s (%s, %s readout) on %s as %s in %.2f s", source, kind, model.readout,
-             ",".join(map(str, model.devices)), dtype, time.monotonic() - started)
+    # The daemon's log is one key=value record per line (server/logs.py), so this line is one too.
+    event(log, "model_loaded", source=source, kind=kind, readout=model.readout,
+          devices=",".join(map(str, model.devices)), dtype=dtype, seconds=round(time.monotonic() - started, 2))
     return model
 
 

@@ -510,6 +510,7 @@ class Supervisor:
     def on_worker_ready(self, worker: WorkerHandle, hello: dict) -> None:
         worker.model, worker.state, worker.ready_once = hello["model"], IDLE, True
         worker.note_device_info(hello.get("device_info"))
+        worker.overlaps = bool(hello.get("overlaps"))
         fields = {}
         if worker.replacing_since is not None:
             fields["replaced_in_s"] = round(self.clock() - worker.replacing_since, 3)

@@ -157,7 +157,8 @@ def main(argv=None) -> int:
     heartbeat.start()
     sock.send(channel.encode(channel.HELLO, {"pid": os.getpid(), "model": engine.describe(),
                                              "load_s": round(time.monotonic() - started, 3),
-                                             "device_info": device_info(engine)}))
+                                             "device_info": device_info(engine),
+                                             "overlaps": engine.stream.asynchronous}))
     try:
         return WorkerLoop(sock, engine, batches, parent).run()
     finally:

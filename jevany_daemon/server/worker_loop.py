@@ -10,7 +10,8 @@ Each turn runs the same phases, in order:
   in one batched tokenization; a request that breaks a rule is answered in
   this turn's message.
 - launch: with the device free, queue the next pass (the batch policy and
-  limits choose it from what is admitted: engine.take).
+  limits choose it from what is admitted: engine.take), after answering
+  deadline_exceeded for what waited past its deadline.
 - collect: wait for the pass on the device: the one sync per pass. On an
   accelerator (CUDA, or the simulated one) the next pass is launched right
   after, before this one's answers are shaped, so the device is never idle
@@ -23,11 +24,12 @@ Each turn runs the same phases, in order:
 """
 import logging
 import os
+import time
 from collections import deque
 
 import zmq
 
-from jevany_client.errors import InternalError, JevanyError
+from jevany_client.errors import DeadlineExceededError, InternalError, JevanyError
 from jevany_client.protocol import decode_request
 
 from jevany_daemon.engine.faults import DeviceLost
@@ -47,6 +49,7 @@ class WorkerLoop:
         self.received: list = []        # hand-over items not admitted yet
         self.queue: deque = deque()     # admitted, as Pending (item: Admitted), waiting for a pass
         self.tags: dict[int, object] = {}   # id(Admitted) -> the supervisor's tag
+        self.deadlines: dict[int, float] = {}   # id(Admitted) -> monotonic time it must not be scored after
         self.ready: list = []           # [tag, ok, result or error] to send with the next answer
         self.launched = None            # the pass on the device
         self.seq = 0                    # the last hand-over read
@@ -104,9 +107,10 @@ class WorkerLoop:
         if not self.received:
             return
         items, self.received = self.received, []
-        bodies, tags, origins = [], [], []
+        bodies, tags, origins, deadlines = [], [], [], []
+        now = time.monotonic()
         for tag, payload, *extra in items:
-            origin, media = (extra + [None, None])[:2]
+            origin, media, left = (extra + [None, None, None])[:3]
             try:
                 bodies.append(_body(payload, media))
             except JevanyError as exc:
@@ -117,16 +121,44 @@ class WorkerLoop:
                 continue
             tags.append(tag)
             origins.append(origin)
-        for tag, admitted in zip(tags, self.engine.admit_many(bodies, origins)):
+            deadlines.append(None if left is None else now + float(left))
+        for tag, deadline, admitted in zip(tags, deadlines, self.engine.admit_many(bodies, origins)):
             if isinstance(admitted, JevanyError):
                 self.ready.append(_wire(tag, admitted))
             else:
                 self.tags[id(admitted)] = tag
+                if deadline is not None:
+                    self.deadlines[id(admitted)] = deadline
                 self.queue.append(self.engine.pending(admitted))
 
     def launch(self) -> None:
         if self.launched is None and self.queue:
-            self.launched = self.engine.launch([p.item for p in self.engine.take(self.queue)])
+            self.expire()
+        if self.launched is None and self.queue:
+            batch = [p.item for p in self.engine.take(self.queue)]
+            for admitted in batch:
+                self.deadlines.pop(id(admitted), None)
+            self.launched = self.engine.launch(batch)
+
+    def expire(self) -> None:
+        """Answer deadline_exceeded for what waited here past its deadline: it is never scored.
+
+        The supervisor keeps deadlines while requests are queued; a worker that
+        overlaps its device takes the next pass's worth early, so it keeps them
+        for what it holds until that pass begins.
+        """
+        if not self.deadlines:
+            return
+        now, kept = time.monotonic(), deque()
+        for pending in self.queue:
+            key = id(pending.item)
+            if self.deadlines.get(key, now + 1) <= now:
+                del self.deadlines[key]
+                error = DeadlineExceededError("timeout_ms passed before scoring began")
+                self.ready.append(_wire(self.tags.pop(key), error))
+            else:
+                kept.append(pending)
+        self.queue = kept
 
     def collect(self) -> None:
         launched = self.launched

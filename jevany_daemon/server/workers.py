@@ -41,6 +41,7 @@ class WorkerHandle:
     replacing_since: float | None = None   # when its predecessor's death was noticed
     sentinel: int | None = None      # a pidfd: readable the moment the process exits
     handed: int = 0                  # hand-overs sent; the worker's RESULTS say which it had read
+    overlaps: bool = False           # its host works while its device runs (from its hello): it may prefetch
 
     @property
     def identity(self) -> bytes:
@@ -58,8 +59,10 @@ class WorkerHandle:
     @property
     def can_prefetch(self) -> bool:
         """Busy with one hand-over and nothing more: it may take the next pass's worth now, to admit it
-        while the device runs and launch it the moment the device is free."""
-        return (self.state == BUSY and self.kill_cause is None
+        while the device runs and launch it the moment the device is free. Only a worker whose host
+        overlaps its device: on a CPU nothing would run meanwhile, and what it holds would only leave
+        the queue, where deadlines and --max-queue are kept to the letter."""
+        return (self.overlaps and self.state == BUSY and self.kill_cause is None
                 and len({e.handover for e in self.inflight.values()}) <= 1)
 
     def hand_over(self, backend, entries: list[Entry], now: float) -> None:
@@ -69,7 +72,9 @@ class WorkerHandle:
             self.inflight[e.tag] = e
         if self.state != BUSY:
             self.state, self.busy_since = BUSY, now
-        items = [[e.tag, e.payload, e.transport, e.media] for e in entries]
+        # The time each has left, not its deadline: the worker drops what expired before its pass began.
+        items = [[e.tag, e.payload, e.transport, e.media, None if e.deadline is None else e.deadline - now]
+                 for e in entries]
         backend.send_multipart([self.identity, channel.encode(channel.BATCH, items, self.handed)])
 
     def exited(self) -> bool:

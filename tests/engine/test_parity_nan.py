@@ -10,6 +10,7 @@ import math
 import threading
 
 import pytest
+import torch
 
 from jevany_client.errors import InternalError
 from jevany_daemon import workloads
@@ -81,7 +82,13 @@ def _corrupt(engine, fault):
     real = engine.readout.probabilities
 
     def probabilities(hidden, plan):
-        return [fault(row) if len(row) == BAD_OPTIONS else row for row in real(hidden, plan)]
+        # the readout's flat [sum(counts)] device tensor, question by question
+        rows = real(hidden, plan).tolist()
+        out, at = [], 0
+        for k in plan.counts:
+            out += fault(rows[at: at + k]) if k == BAD_OPTIONS else rows[at: at + k]
+            at += k
+        return torch.tensor(out, dtype=torch.float32)
 
     engine.readout.probabilities = probabilities
 

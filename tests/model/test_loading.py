@@ -319,4 +319,4 @@ def test_loading_prints_no_progress_bar_and_logs_what_loaded(tiny_model):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     assert "%|" not in proc.stderr and "Loading weights" not in proc.stderr, proc.stderr
-    assert "loaded " in proc.stderr and "pointer readout" in proc.stderr and " s" in proc.stderr
+    assert "event=model_loaded " in proc.stderr and "readout=pointer" in proc.stderr and "seconds=" in proc.stderr

@@ -134,3 +134,22 @@ def test_a_hand_over_that_arrives_while_a_pass_runs_is_admitted_then_and_reporte
     assert messages[-1][0] == channel.RESULTS and messages[-1][2] == 2
     assert sorted(tag for _, answers, _ in messages for tag, ok, _ in answers if ok) == list(range(8))
     assert engine.stats.batches == 2                      # the four that came late share one pass
+
+
+def test_what_a_worker_took_ahead_and_held_past_its_deadline_is_never_scored(loaded_model):
+    # The next pass's worth, taken while the device ran: one request of it had 0 s left when it came.
+    engine = Engine(loaded_model("qwen3", "pointer"), EngineConfig(max_batch_size=8, batch_policy="greedy"),
+                    simulated_pass_ms=5)
+    bodies = workloads.short(3, seed=4)
+    late = items(bodies[1:], first_tag=1)
+    late[0].append(0.0)          # its deadline passes before its pass can begin
+    late[1].append(60.0)
+    supervisor = FakeSupervisor((channel.BATCH, items(bodies[:1]), 1))
+    _order_of(engine, lambda: supervisor.inbound.extend(
+        [channel.encode(channel.BATCH, late, 2), channel.encode(channel.STOP)]))
+    run(engine, supervisor)
+
+    outcomes = {tag: (ok, out) for _, answers, _ in supervisor.answers() for tag, ok, out in answers}
+    assert outcomes[1][0] is False and outcomes[1][1]["code"] == "deadline_exceeded"
+    assert outcomes[0][0] and outcomes[2][0]
+    assert engine.stats.as_dict()["requests"] == 2      # scored: the two with time left, never the late one

@@ -177,7 +177,7 @@ def entries(*tags):
 
 
 def test_hand_overs_are_numbered_and_a_busy_worker_takes_one_more_at_most():
-    backend, worker = Backend(), handle()
+    backend, worker = Backend(), handle(overlaps=True)
     assert worker.available and not worker.can_prefetch
     worker.hand_over(backend, entries(1, 2), now=1.0)
     assert worker.state == BUSY and worker.busy_since == 1.0 and worker.can_prefetch
@@ -185,6 +185,22 @@ def test_hand_overs_are_numbered_and_a_busy_worker_takes_one_more_at_most():
     assert worker.busy_since == 1.0 and not worker.can_prefetch  # one pass running, one waiting: enough
     assert [(m[0], [i[0] for i in m[1]], m[2]) for m in backend.sent] == [(channel.BATCH, [1, 2], 1),
                                                                           (channel.BATCH, [3], 2)]
+
+
+def test_a_worker_whose_host_does_not_overlap_its_device_never_takes_work_ahead():
+    # on a CPU the queue keeps what waits, so deadlines and --max-queue hold there to the letter
+    backend, worker = Backend(), handle()
+    worker.hand_over(backend, entries(1), now=1.0)
+    assert worker.state == BUSY and not worker.can_prefetch
+
+
+def test_a_hand_over_tells_the_worker_how_long_each_request_has_left():
+    backend, worker = Backend(), handle(overlaps=True)
+    timed, untimed = entries(1, 2)
+    timed.deadline = 1.25
+    worker.hand_over(backend, [timed, untimed], now=1.0)
+    [(_, items, _)] = backend.sent
+    assert [item[4] for item in items] == [0.25, None]
 
 
 def test_results_before_the_last_hand_over_was_read_leave_the_worker_busy_and_its_requests_waiting():
