@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import torch
 
-from jevany_client.answers import shape_answer, validate_answer
+from jevany_client.answers import jevany_answers, shape_answer, validate_answer
 from jevany_client.errors import (
     InternalError,
     InvalidRequestError,
@@ -392,9 +392,9 @@ class Engine:
         }
 
     def _count(self, answers: dict) -> int:
-        # JevAny's accounting: the JSON of the answers, default separators, ASCII escaping.
+        # JevAny's accounting: the JSON of the answers in its shape, default separators, ASCII escaping.
         with self._tokenizer_lock:
-            return len(self.model.tokenizer(json.dumps(answers), add_special_tokens=False)["input_ids"])
+            return len(self.model.tokenizer(json.dumps(jevany_answers(answers)), add_special_tokens=False)["input_ids"])
 
     def prefix_cache_stats(self) -> dict:
         if self.memory is None:
