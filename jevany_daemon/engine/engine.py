@@ -43,6 +43,10 @@ from .readouts import make_readout
 
 LATEST_ALIAS = "jevany-latest"
 MAX_MEDIA_QUESTIONS = 1     # JevAny's: a media request is scored alone, with one question
+# JevAny's words for a question with more options than the readout reads.
+OPTION_CAP = {"choice": "exact choice-token readout supports at most {n} options",
+              "lm_token": "lm-token mode supports at most {n} options per question",
+              "pointer": "the pointer readout supports at most {n} options per question"}
 DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
@@ -165,10 +169,8 @@ class Engine:
             self._check_media(request)
         for q in request.questions:
             if q.n_options > self.max_options:
-                raise InvalidRequestError(
-                    f"questions.{q.qid}: the {self.model.readout} readout supports at most "
-                    f"{self.max_options} options, got {q.n_options}"
-                )
+                words = OPTION_CAP[self.model.readout].format(n=self.max_options)
+                raise InvalidRequestError(f"questions.{q.qid}: {words} (got {q.n_options})")
         if self.config.date_facts:
             request = replace(request, state=self._with_date_facts(request.state))
         with self._tokenizer_lock:
@@ -196,14 +198,14 @@ class Engine:
 
     def _check_media(self, request: DecisionRequest) -> None:
         """JevAny's order: the model takes media at all, each type, then one question per request."""
-        if not self.model.multimodal:
-            raise UnsupportedMediaError("checkpoint does not support media")
+        if not self.model.multimodal and self.model.readout == "choice":
+            raise UnsupportedMediaError("choice readout does not support media requests")
         served = getattr(self.model, "media_types", ())
         for item in request.media:
             if item.type not in served:
                 why = self.model.info.get("media_unavailable")
-                raise UnsupportedMediaError(f"this model does not serve {item.type} media"
-                                            + (f" ({why})" if why else ""))
+                raise UnsupportedMediaError("checkpoint does not support the requested media type"
+                                            + (f" ({item.type}: {why})" if why else ""))
         if len(request.questions) > MAX_MEDIA_QUESTIONS:
             raise InvalidRequestError(f"media requests support at most {MAX_MEDIA_QUESTIONS} question(s)")
         if self.blend is not None:
