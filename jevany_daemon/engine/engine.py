@@ -417,6 +417,8 @@ class Engine:
 
     def describe(self) -> dict:
         m = self.model
+        media_types = list(getattr(m, "media_types", ()))
+        choice = m.readout == "choice"
         return {
             "id": m.model_id,
             "aliases": [] if m.model_id == LATEST_ALIAS else [LATEST_ALIAS],
@@ -430,15 +432,42 @@ class Engine:
             "linear_attention": m.info.get("linear_attention"),   # which kernels, on hybrid models
             "random_weights": bool(m.info.get("random_weights")),  # the built-in demo model
             "max_options": self.max_options,
-            "media_types": list(getattr(m, "media_types", ())),    # what media a request may carry
+            "media_types": media_types,                            # what media a request may carry
             "choice_readout": self._describe_choice(),
+            "letter_readout": self._describe_choice(),             # JevAny's legacy name for the same
             "date_facts": self.config.date_facts,
+            # JevAny's description (its runtime.py describe()), under its names where ours differ
+            "run": m.source,
+            "base": m.info.get("named_base"),
+            "lora": m.info.get("lora", 0),
+            "devices": [str(d) for d in m.devices],
+            "device_map": m.info.get("device_map"),
+            "temperature": self.readout.temperature,
+            "decision_mode": m.info.get("decision_mode"),          # a checkpoint's own readout; None: none
+            "backbone_adapter": m.info.get("backbone_adapter"),
+            "branch_mode": "chat" if choice else self.layout.name,
+            "acceleration": {
+                "compile_mode": None, "cuda_graphs": None, "fused_kernels": None,
+                "lora_merged": bool(m.info.get("lora_merged")),
+                "approximate_bf16_merge": bool(m.info.get("approximate_bf16_merge")),
+                "linear_attention_kernels": m.info.get("linear_attention_kernels"),
+            },
+            "capabilities": {
+                "context_window": m.context_window, "prefix_cache": self.memory is not None,
+                "media_types": media_types,
+                "max_media_questions": MAX_MEDIA_QUESTIONS if media_types else None,
+            },
             "limits": {
                 "max_state_tokens": self.limits.state,
                 "max_branch_tokens": self.limits.branch,
                 "max_packed_tokens": self.config.max_packed_tokens,
                 "max_batch_size": self.config.max_batch_size,
                 "max_padding_waste": self.batch_limits.max_padding_waste,
+                # JevAny's names; a choice prompt is bounded by the choice limit too
+                "state_tokens": self.limits.state,
+                "branch_tokens": min(self.limits.branch, self.limits.choice) if choice else self.limits.branch,
+                "packed_tokens": self.config.max_packed_tokens,
+                "choices": None if m.readout == "pointer" else self.max_options,
             },
             "prefix_cache": self.prefix_cache_stats(),
             "batching": self.stats.as_dict() | {"policy": self.config.batch_policy,
@@ -446,13 +475,15 @@ class Engine:
         }
 
     def _describe_choice(self) -> dict | None:
-        """The choice readout's settings, under JevAny's names; None for the other readouts."""
+        """The choice readout's settings, under JevAny's names (legacy ones too); None for the other readouts."""
         if self.model.readout != "choice":
             return None
         out = {"temperature": self.readout.temperature, "native_weight": self.config.choice_native_weight,
-               "max_tokens": self.limits.choice}
+               "pointer_weight": self.config.choice_native_weight, "max_tokens": self.config.choice_max_tokens,
+               "effective_max_tokens": self.limits.choice, "backbone_context_window": self.model.context_window}
         if self.blend is not None:
-            out |= {"native_readout": self.blend.kind, "native_temperature": self.blend.temperature}
+            out |= {"native_readout": self.blend.kind, "native_temperature": self.blend.temperature,
+                    "pointer_temperature": self.blend.temperature}
         return out
 
 

@@ -128,6 +128,7 @@ def load_model(
     paths = kernels.prepare(model.causal_lm, model.dtype, model.device)
     model.info["linear_attention"] = kernels.describe(paths)
     model.info["linear_attention_kernels"] = _kernel_packages(paths)
+    model.info["device_map"] = device_map
     return model
 
 

@@ -46,6 +46,8 @@ def test_merge_off_keeps_the_adapter_apart_with_the_same_answers(tiny_model, loa
     assert apart.info["lora_merged"] is False and lora_layers(apart) > 0
     got, want = probabilities(apart), probabilities(merged)
     assert max(abs(a - b) for a, b in zip(got, want)) <= 1e-5
+    described = Engine(apart).describe()["acceleration"]
+    assert (described["lora_merged"], described["approximate_bf16_merge"]) == (False, False)
 
 
 def test_a_bf16_trained_checkpoint_serves_in_bf16_apart_unless_merge_bf16(tiny_model, tmp_path):
