@@ -28,6 +28,12 @@ from pathlib import Path
 from typing import Callable
 
 CASES: list["Case"] = []
+# Cases where we chose to differ from JevAny, each with the README's words for why (its "Coming from
+# JevAny" departures table says so; the suite checks the table has them).
+DEPARTURES = {
+    "letter_runtime: the choice readout reports no prefix cache [choice]":
+        "our choice readout keeps a prefix cache",
+}
 NONFINITE = {"nan": float("nan"), "inf": float("inf"), "-inf": float("-inf")}
 ANSWER_KEYS = {"choice": ["type", "choice", "confidence", "probabilities"], "noul": ["type", "noul"],
                "score": ["type", "score", "legend", "probabilities", "confidence"]}
@@ -60,13 +66,14 @@ class Case:
     name: str          # source file, then what it checks
     readout: str       # which server: pointer, choice or lm_token
     check: Callable
+    media: bool = False    # sends a file: needs a server with a media root
 
 
-def case(name: str, *readouts: str):
+def case(name: str, *readouts: str, media: bool = False):
     """Register a check as one case per readout (pointer alone when none is named)."""
     def register(check):
         for readout in readouts or ("pointer",):
-            CASES.append(Case(f"{name} [{readout}]", readout, check))
+            CASES.append(Case(f"{name} [{readout}]", readout, check, media))
         return check
     return register
 
@@ -74,7 +81,7 @@ def case(name: str, *readouts: str):
 class Server:
     """One HTTP server under test; request() → (status, lower-cased headers, JSON or text)."""
 
-    def __init__(self, readout: str, port: int, model_dir: Path, media_file: str):
+    def __init__(self, readout: str, port: int, model_dir: Path, media_file: str | None):
         self.readout, self.port, self.model_dir, self.media_file = readout, port, Path(model_dir), media_file
         self._tokenizer = None
 
@@ -119,9 +126,12 @@ class Server:
 
 
 def replay(servers: dict[str, Server], cases: list[Case] = CASES) -> list[tuple[Case, str | None]]:
-    """Every case against its server: [(case, None when it matched, else why not)]."""
+    """Every case against its server: [(case, None when it matched, else why not)]; media cases only
+    where the server has a media file."""
     outcomes = []
     for c in cases:
+        if c.media and servers[c.readout].media_file is None:
+            continue
         try:
             c.check(servers[c.readout])
             outcomes.append((c, None))
@@ -274,7 +284,7 @@ def _kernels(s):
 def _prefix_hits(s):
     entry = s.entry()
     cache = entry["prefix_cache"]
-    body = {"state": "many words here " * max(64, cache.get("min_state_tokens", 384)),
+    body = {"state": "many words here " * max(64, cache.get("min_state_tokens", 384) // 2),
             "questions": {"q": {"type": "noul"}}}
     s.decide(body)
     s.decide(body)
@@ -313,7 +323,7 @@ def _empty_model(s):
     expect(s.post({**SERVING_BODY, "model": ""})[0] == 422, "not 422")
 
 
-@case("test_serving: media on a text checkpoint: 'does not support ... media'", "pointer", "lm_token")
+@case("test_serving: media on a text checkpoint: 'does not support ... media'", "pointer", "lm_token", media=True)
 def _media_on_text(s):
     status, _, reply = s.post(_media_body(s))
     expect(status == 422 and "checkpoint does not support the requested media type" in str(reply.get("detail")),
@@ -568,7 +578,7 @@ def _prefix_keys(s):
 
 @case("describe: prefix_cache.size is the configured capacity, not the entries held", "pointer")
 def _prefix_size(s):
-    body = {"state": "kept words " * 400, "questions": {"q": {"type": "noul"}}}
+    body = {"state": "kept words " * 300, "questions": {"q": {"type": "noul"}}}
     s.decide(body)
     cache = s.entry()["prefix_cache"]
     expect(cache.get("size") == 4 and cache.get("min_state_tokens") == 384,
@@ -607,7 +617,7 @@ def _choice_cap(s):
 
 
 @case("letter_runtime: media on the choice readout is 'choice readout does not support media requests'",
-      "choice")
+      "choice", media=True)
 def _choice_media(s):
     status, _, reply = s.post(_media_body(s))
     expect(status == 422 and "choice readout does not support media requests" in str(reply.get("detail")),
@@ -738,9 +748,11 @@ def _healthy(server: Server) -> bool:
 
 
 def report(outcomes) -> str:
-    lines = [f"{c.name}: {why}" for c, why in outcomes if why is not None]
+    lines = [f"{c.name}: {why}{' (a departure)' if c.name in DEPARTURES else ''}"
+             for c, why in outcomes if why is not None]
     matched = sum(why is None for _, why in outcomes)
-    return "\n".join(lines + [f"matched {matched}/{len(outcomes)}"])
+    departed = sum(why is not None and c.name in DEPARTURES for c, why in outcomes)
+    return "\n".join(lines + [f"matched {matched}/{len(outcomes)}, departures {departed}"])
 
 
 def main(argv=None) -> int:
