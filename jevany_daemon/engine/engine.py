@@ -453,7 +453,7 @@ class Engine:
                 "linear_attention_kernels": m.info.get("linear_attention_kernels"),
             },
             "capabilities": {
-                "context_window": m.context_window, "prefix_cache": self.memory is not None,
+                "context_window": m.context_window, "prefix_cache": m.model_type in SHARED_PROVEN,
                 "media_types": media_types,
                 "max_media_questions": MAX_MEDIA_QUESTIONS if media_types else None,
             },

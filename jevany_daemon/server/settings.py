@@ -245,7 +245,7 @@ def resolve(flags: dict, config_file: Path | None = None, env=os.environ,
 
 def _pick_device(s: ServeSettings, cuda_count: Callable[[], int]) -> ServeSettings:
     """--device auto made concrete: the first CUDA device where one is visible (every GPU under a device map)."""
-    if s.device.strip() != AUTO:
+    if not isinstance(s.device, str) or s.device.strip() != AUTO:
         return s
     try:
         device, why = device_names.auto_device(cuda_count())
