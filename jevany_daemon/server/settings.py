@@ -90,6 +90,8 @@ class ServeSettings:
 
     @property
     def devices(self) -> tuple[str, ...]:
+        if self.device.strip() == AUTO:       # built directly, not by resolve: pick now, as resolve would
+            return _pick_device(self, device_names.visible_cuda_count).devices
         names = tuple(d.strip() for d in self.device.split(","))
         if self.device_map is not None and names == ("cuda",):
             return names      # every GPU the host shows, however many

@@ -188,6 +188,14 @@ def test_device_auto_is_the_default_and_picks_the_first_gpu_where_one_is_visible
         resolve({"device_map": "auto"}, None, env={}, cuda_count=gpus(0))
 
 
+def test_settings_built_directly_pick_the_auto_device_too(monkeypatch):
+    from jevany_daemon.server import devices
+    from jevany_daemon.server.settings import ServeSettings
+
+    monkeypatch.setattr(devices, "visible_cuda_count", gpus(1))
+    assert ServeSettings().devices == ("cuda:0",) and ServeSettings().worker_devices() == ["cuda:0"]
+
+
 @pytest.mark.parametrize("device,count,message", [
     ("cuda", 0, "device 'cuda:0' needs a CUDA device, but none is visible here"),
     ("cuda:1", 0, "device 'cuda:1' needs a CUDA device"),
