@@ -1,4 +1,5 @@
 """The jevany-daemon command line."""
+import logging
 from enum import Enum
 from pathlib import Path
 
@@ -109,18 +110,22 @@ def _trained_model(ctx: typer.Context, out: Path, seed: int) -> None:
 
 @app.command("serve")
 def serve(
-    model: str = typer.Option(None, "--model", help="Local model directory, JevAny run directory or hub id. "
-                              "[default: a built-in tiny demo model with random weights]", show_default=False),
-    readout: str = typer.Option(None, "--readout", help="choice | pointer | lm_token. [default: the checkpoint's own "
-                                "readout, or choice for a plain causal LM]", show_default=False),
-    model_id: str = typer.Option(None, "--model-id", help="Name replies give as 'model'. [default: from the source]",
-                                 show_default=False),
+    model: str = typer.Option(None, "--model", "--checkpoint", "--run", help="Local model directory, JevAny run "
+                              "directory or hub id (--checkpoint and --run are JevAny's names). [default: a "
+                              "built-in tiny demo model with random weights]", show_default=False),
+    readout: str = typer.Option(None, "--readout", help="choice | pointer | lm_token, or JevAny's native (the "
+                                "checkpoint's own) and letter (choice). [default: the checkpoint's own readout, or "
+                                "choice for a plain causal LM]", show_default=False),
+    model_id: str = typer.Option(None, "--model-id", "--model-name", help="Name replies give as 'model' "
+                                 "(--model-name is JevAny's name). [default: from the source]", show_default=False),
     temperature: float = typer.Option(None, "--temperature", help="The native readouts' (pointer, lm_token) "
-                                      "temperature, as JevAny's JEVANY_TEMPERATURE. [default: the "
-                                      "checkpoint's, from head.pt]", show_default=False),
-    device: str = typer.Option(None, "--device", help="cpu, cuda (= cuda:0) or cuda:N; a comma-separated list "
-                               "(cuda:0,cuda:1) starts one worker per device. Each worker sees only its own "
-                               "GPU(s). [default: cpu]", show_default=False),
+                                      "temperature, as JevAny's JEVANY_TEMPERATURE; not with the choice readout "
+                                      "(--choice-temperature). [default: the checkpoint's, from head.pt]",
+                                      show_default=False),
+    device: str = typer.Option(None, "--device", help="auto, cpu, cuda (= cuda:0) or cuda:N; a comma-separated "
+                               "list (cuda:0,cuda:1) starts one worker per device. Each worker sees only its own "
+                               "GPU(s). auto: the first CUDA device where one is visible, else cpu, as JevAny "
+                               "picks (the log says which). [default: auto]", show_default=False),
     device_map: str = typer.Option(None, "--device-map", help="auto | balanced | balanced_low_0 | sequential: "
                                    "one worker spreads the model over every GPU in --device (cuda: all of "
                                    "them), for a checkpoint too big for one GPU; placement by Accelerate. "
@@ -144,7 +149,28 @@ def serve(
     batch_timeout: float = typer.Option(None, "--batch-timeout", help="Seconds one batch may take before its "
                                         "worker counts as hung, is killed and replaced; its requests get "
                                         "worker_lost. [default: 120]", show_default=False),
-    dtype: str = typer.Option(None, "--dtype", help="fp32, bf16 or fp16. [default: fp32]", show_default=False),
+    dtype: str = typer.Option(None, "--dtype", help="fp32, bf16 or fp16. [default: the checkpoint's: bf16 for one "
+                              "trained on a bf16 backbone (head.pt weights_dtype), else fp32]", show_default=False),
+    lora_scale: float = typer.Option(None, "--lora-scale", help="A JevAny checkpoint's LoRA update times this: 0 "
+                                     "serves the base model, 1 the trained one (JevAny's JEVANY_LORA_SCALE). "
+                                     "[default: 1]", show_default=False),
+    merge: bool = typer.Option(None, "--merge/--no-merge", help="Fold the LoRA into the base weights (in fp32, "
+                               "then cast); --no-merge runs it beside them, as JevAny's JEVANY_MERGE=0. "
+                               "[default: merge]", show_default=False),
+    merge_bf16: bool = typer.Option(None, "--merge-bf16/--no-merge-bf16", help="Merge the LoRA of a checkpoint "
+                                    "trained on a bf16 backbone too (faster, slightly approximate; JevAny's "
+                                    "JEVANY_MERGE_BF16=1, which its docs recommend for serving). [default: off, "
+                                    "kept apart]", show_default=False),
+    attn: str = typer.Option(None, "--attn", help="Attention backend (JevAny's JEVANY_ATTN): sdpa, the one the "
+                             "daemon's layouts run on. [default: sdpa]", show_default=False),
+    base_load_path: str = typer.Option(None, "--base-load-path", help="A local copy of a checkpoint's base model, "
+                                       "read in place of head.pt's base (JevAny's JEVANY_BASE_LOAD_PATH). "
+                                       "[default: head.pt's base]", show_default=False),
+    cuda_graphs: bool = typer.Option(False, "--cuda-graphs", help="JevAny's CUDA graph capture: not available "
+                                     "here, refused. [default: off]", show_default=False),
+    cuda_graph_max_tokens: int = typer.Option(None, "--cuda-graph-max-tokens", help="JevAny's: turns on CUDA "
+                                              "graph capture there, refused here. [default: none]",
+                                              show_default=False),
     bind: list[str] = typer.Option(None, "--bind", help="Public endpoint, ipc://PATH or tcp://HOST:PORT; repeat "
                                    "for several. [default: ipc://$XDG_RUNTIME_DIR/jevany/daemon.sock]",
                                    show_default=False),
@@ -173,7 +199,8 @@ def serve(
     batch_policy: str = typer.Option(None, "--batch-policy", help="adaptive: batch a length class only where "
                                      "batched passes measured faster; greedy: always. [default: adaptive]",
                                      show_default=False),
-    prefix_cache: int = typer.Option(None, "--prefix-cache", help="States each worker keeps computed, least "
+    prefix_cache: int = typer.Option(None, "--prefix-cache", "--prefix-cache-size", help="States each worker keeps "
+                                     "computed (--prefix-cache-size is JevAny's name), least "
                                      "recently used out first. A request computes only what the longest kept "
                                      "prefix of its prompt lacks (the prompt's head is always kept); size it to "
                                      "the states in use at once, e.g. an agent's sessions. 0: off. "
@@ -210,6 +237,13 @@ def serve(
     http_token_file: str = typer.Option(None, "--http-token-file", help="File holding the token HTTP callers "
                                         "must send as 'Authorization: Bearer TOKEN'. [default: none]",
                                         show_default=False),
+    http_cors_origins: str = typer.Option(None, "--http-cors-origins", help="Origins a browser page may call the "
+                                          "HTTP routes from, comma-separated (https://app.example); '' for none. "
+                                          "[default: *, every origin, as JevAny]", show_default=False),
+    host: str = typer.Option(None, "--host", help="JevAny's --host: with --port, the same as --http HOST:PORT. "
+                             "[default: 127.0.0.1 when --port is given]", show_default=False),
+    port: int = typer.Option(None, "--port", help="JevAny's --port: with --host, the same as --http HOST:PORT. "
+                             "[default: 8008 when --host is given]", show_default=False),
     date_facts: bool = typer.Option(None, "--date-facts/--no-date-facts", help="Add to each state one sentence "
                                     "per pair of absolute dates in it ('August 3, 2026 is 12 days after July "
                                     "22, 2026.'), as JevAny's JEVANY_DATE_FACTS=1. [default: off]",
@@ -258,11 +292,10 @@ def serve(
     JEVANY_LOG_LEVEL (DEBUG, INFO, WARNING or ERROR; default INFO) and
     JEVANY_CACHE_DIR (where the demo model is built; default ~/.cache/jevany).
     """
-    from jevany_daemon.server.logs import configure_logging
-    from jevany_daemon.server.settings import SettingsError, resolve
+    from jevany_daemon.server import jevany_options
+    from jevany_daemon.server.logs import configure_logging, event
+    from jevany_daemon.server.settings import SettingsError, parse_mode, resolve
     from jevany_daemon.server.supervisor import StartupError, Supervisor
-
-    from jevany_daemon.server.settings import parse_mode
 
     try:
         mode = None if socket_mode is None else parse_mode(socket_mode)
@@ -277,6 +310,12 @@ def serve(
         if value is not None and old_value is not None:
             typer.echo(f"error: give at most one of {flag} and its legacy spelling {old_flag}", err=True)
             raise typer.Exit(2)
+    try:
+        jevany_options.refuse_graph_flags(cuda_graphs, cuda_graph_max_tokens)
+        http = jevany_options.http_from_host_port(host, port, http)
+    except jevany_options.OptionError as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     choice_temperature = choice_temperature if letter_temperature is None else letter_temperature
     choice_native_weight = choice_native_weight if letter_pointer_weight is None else letter_pointer_weight
     choice_max_tokens = choice_max_tokens if letter_max_tokens is None else letter_max_tokens
@@ -297,6 +336,8 @@ def serve(
                  choice_max_tokens=choice_max_tokens, media_root=media_root, media_max_bytes=media_max_bytes,
                  media_total_bytes=media_total_bytes, media_max_pixels=media_max_pixels,
                  media_max_video_frames=media_max_video_frames, media_check_timeout=media_check_timeout,
+                 http_cors_origins=http_cors_origins, lora_scale=lora_scale, merge=merge, merge_bf16=merge_bf16,
+                 attn=attn, base_load_path=base_load_path,
                  simulate_accelerator=simulate_accelerator)
     try:
         settings = resolve(flags, config)
@@ -304,6 +345,8 @@ def serve(
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
     configure_logging()
+    if settings.device_auto:
+        event(logging.getLogger("jevany.supervisor"), "device_auto", device=settings.device, why=settings.device_auto)
     try:
         code = Supervisor(settings, reload_settings=lambda: resolve(flags, config)).run()
     except StartupError as exc:
@@ -335,9 +378,9 @@ def keygen(
 
 def _with_variables(command) -> None:
     """Each setting's help names its JEVANY_ variable, so --help shows where a value may come from."""
-    from jevany_daemon.server.settings import ENGINE_FIELDS, SERVE_FIELDS
+    from jevany_daemon.server.settings import ENGINE_FIELDS, LOAD_FIELDS, SERVE_FIELDS
 
-    settings = set(SERVE_FIELDS) | set(ENGINE_FIELDS)
+    settings = set(SERVE_FIELDS) | set(ENGINE_FIELDS) | set(LOAD_FIELDS)
     for param in command.params:
         name = param.name
         if name in settings and param.help and "[env:" not in param.help:

@@ -1,5 +1,7 @@
-"""Engine settings: one frozen dataclass, validated on construction so a bad value fails before weights load."""
+"""Engine and loading settings: frozen dataclasses, validated on construction so a bad value fails before
+weights load. No torch: the supervisor checks them."""
 import math
+import os
 from dataclasses import dataclass
 
 LAYOUTS = ("auto", "rows", "packed", "shared")
@@ -82,3 +84,55 @@ class EngineConfig:
         m = self.choice_max_tokens
         if isinstance(m, bool) or not isinstance(m, int) or m < 2:
             raise ValueError(f"choice_max_tokens must be an integer >= 2, got {m!r}")
+
+
+# JevAny's JEVANY_ATTN picks an attention backend; the layouts' masks (block-causal,
+# restarting positions, kept prefixes) are built and tested for sdpa alone.
+ATTN_IMPLEMENTATIONS = ("sdpa",)
+_TRUE, _FALSE = ("1", "true", "yes"), ("0", "false", "no")
+
+
+@dataclass(frozen=True)
+class LoadOptions:
+    """How a JevAny checkpoint becomes a model: JevAny's load options (its checkpoint.py LoadOptions), under
+    its names and defaults. from_env reads its variables."""
+    lora_scale: float = 1.0       # the adapter's update times this: 0 is the base model, 1 the trained one
+    merge: bool = True            # fold the LoRA into the base weights (in FP32, then cast)
+    # A checkpoint trained on a BF16 backbone serves in BF16 with its adapter kept apart,
+    # unless this allows the faster, slightly approximate merge (JevAny's docs recommend it).
+    merge_bf16: bool = False
+    attn: str | None = None       # attention backend; None: sdpa, the only one served
+    base_load_path: str | None = None   # a local copy of the base model, read in place of head.pt's base
+
+    def __post_init__(self):
+        s = self.lora_scale
+        if isinstance(s, bool) or not isinstance(s, (int, float)) or not math.isfinite(s):
+            raise ValueError(f"lora_scale must be a finite number, got {s!r}")
+        for name in ("merge", "merge_bf16"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.attn is not None and self.attn not in ATTN_IMPLEMENTATIONS:
+            raise ValueError(f"attn must be sdpa, got {self.attn!r}: the daemon's layouts are built and tested "
+                             "on sdpa attention alone; unset it or set sdpa")
+        if self.base_load_path is not None and not (isinstance(self.base_load_path, str) and self.base_load_path):
+            raise ValueError(f"base_load_path must be a directory, got {self.base_load_path!r}")
+
+    @classmethod
+    def from_env(cls, env=os.environ) -> "LoadOptions":
+        """JevAny's variables: JEVANY_LORA_SCALE, _MERGE, _MERGE_BF16, _ATTN and _BASE_LOAD_PATH."""
+        found = {}
+        for name, parse in (("lora_scale", float), ("merge", _flag), ("merge_bf16", _flag), ("attn", str),
+                            ("base_load_path", str)):
+            raw = env.get(f"JEVANY_{name.upper()}")
+            if raw:
+                try:
+                    found[name] = parse(raw)
+                except ValueError:
+                    raise ValueError(f"JEVANY_{name.upper()}: {raw!r} is not a valid {name}") from None
+        return cls(**found)
+
+
+def _flag(raw: str) -> bool:
+    if raw.lower() not in _TRUE + _FALSE:
+        raise ValueError(raw)
+    return raw.lower() in _TRUE

@@ -62,6 +62,17 @@ def _score(q: Question, p: list[float]) -> dict[str, Any]:
 
 _SHAPERS = {"choice": _choice, "noul": _noul, "score": _score}
 
+# JevAny's answer keys, in its order (its api.py to_answers). What it reports over HTTP and
+# what its usage.output_tokens counts; noul's probabilities are our addition.
+JEVANY_KEYS = {"choice": ("type", "choice", "confidence", "probabilities"),
+               "noul": ("type", "noul"),
+               "score": ("type", "score", "legend", "probabilities", "confidence")}
+
+
+def jevany_answers(answers: dict[str, dict]) -> dict[str, dict]:
+    """The answers as JevAny writes them: its keys, in its order, none of ours. The input is left as it is."""
+    return {qid: {key: answer[key] for key in JEVANY_KEYS[answer["type"]]} for qid, answer in answers.items()}
+
 
 def _fail(q: Question, problem: str) -> InternalError:
     return InternalError(f"answer for question {q.qid!r} failed its self-check: {problem}")

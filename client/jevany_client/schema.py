@@ -115,8 +115,7 @@ def _questions(body: dict) -> tuple[Question, ...]:
         raise _bad("questions", "must be a map of question id to question")
     if not 1 <= len(questions) <= MAX_QUESTIONS:
         raise _bad("questions", f"must hold 1 to {MAX_QUESTIONS} questions, got {len(questions)}")
-    if "" in questions:
-        raise _bad("questions", "question ids must be non-empty strings")
+    # An empty id or option name is one like any other, as in JevAny.
     return tuple(_question(qid, q) for qid, q in questions.items())
 
 
@@ -142,8 +141,6 @@ def _choice_criteria(criteria: Any, where: str) -> dict:
         raise _bad(where, "must be a map of option name to description")
     if not 1 <= len(criteria) <= MAX_CRITERIA:
         raise _bad(where, f"must hold 1 to {MAX_CRITERIA} options, got {len(criteria)}")
-    if "" in criteria:
-        raise _bad(where, "option names must be non-empty strings")
     return criteria
 
 

@@ -22,5 +22,6 @@ media_pass.py    a media request's one pass: its files, then its prompt, through
 faults.py        which failures stay with a request and which end the worker
 probe.py         what a pass costs the host (forwards, ops, scalar reads): benchmarks and tests
 warmup.py        every path scored once before the worker reports ready
+describe.py      what the engine serves and how, in our names and JevAny's (models, /v1/models)
 engine.py        the Engine that composes them
 """

@@ -17,6 +17,10 @@ from .prompts import Encoded, Failed
 
 LATEST_ALIAS = "jevany-latest"
 MAX_MEDIA_QUESTIONS = 1     # JevAny's: a media request is scored alone, with one question
+# JevAny's words for a question with more options than the readout reads.
+OPTION_CAP = {"choice": "exact choice-token readout supports at most {n} options",
+              "lm_token": "lm-token mode supports at most {n} options per question",
+              "pointer": "the pointer readout supports at most {n} options per question"}
 
 
 @dataclass(eq=False)
@@ -86,10 +90,8 @@ class Admission:
             self._check_media(request)
         for q in request.questions:
             if q.n_options > engine.max_options:
-                raise InvalidRequestError(
-                    f"questions.{q.qid}: the {engine.model.readout} readout supports at most "
-                    f"{engine.max_options} options, got {q.n_options}"
-                )
+                words = OPTION_CAP[engine.model.readout].format(n=engine.max_options)
+                raise InvalidRequestError(f"questions.{q.qid}: {words} (got {q.n_options})")
         if engine.config.date_facts:
             request = replace(request, state=self._with_date_facts(request.state))
         return request
@@ -107,14 +109,14 @@ class Admission:
     def _check_media(self, request: DecisionRequest) -> None:
         """JevAny's order: the model takes media at all, each type, then one question per request."""
         model = self.engine.model
-        if not model.multimodal:
-            raise UnsupportedMediaError("checkpoint does not support media")
+        if not model.multimodal and model.readout == "choice":
+            raise UnsupportedMediaError("choice readout does not support media requests")
         served = getattr(model, "media_types", ())
         for item in request.media:
             if item.type not in served:
                 why = model.info.get("media_unavailable")
-                raise UnsupportedMediaError(f"this model does not serve {item.type} media"
-                                            + (f" ({why})" if why else ""))
+                raise UnsupportedMediaError("checkpoint does not support the requested media type"
+                                            + (f" ({item.type}: {why})" if why else ""))
         if len(request.questions) > MAX_MEDIA_QUESTIONS:
             raise InvalidRequestError(f"media requests support at most {MAX_MEDIA_QUESTIONS} question(s)")
         if self.engine.blend is not None:

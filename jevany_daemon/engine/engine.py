@@ -11,7 +11,6 @@ from collections import deque
 from dataclasses import replace
 from typing import Any, Callable
 
-import torch
 
 from jevany_client.errors import JevanyError
 
@@ -20,6 +19,7 @@ from jevany_daemon.model.decision_model import DecisionModel
 
 from .admission import LATEST_ALIAS, MAX_MEDIA_QUESTIONS, Admission, Admitted
 from .batching import BatchLimits, GroupCommit, Pending, drain, take_batch
+from .describe import describe
 from .layouts import PACKED_PROVEN, SHARED_PROVEN, PackedLayout, RowsLayout, Shape, SharedLayout
 from .masks import per_layer_type
 from .native_blend import both_passes, native_blend
@@ -35,7 +35,6 @@ from .stream import make_stream
 
 __all__ = ["Admitted", "BatchRecord", "BatchStats", "Engine", "LATEST_ALIAS", "MAX_MEDIA_QUESTIONS", "choose_layout"]
 
-DTYPE_NAMES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16"}
 
 
 def choose_layout(model: DecisionModel, wanted: str):
@@ -220,47 +219,9 @@ class Engine:
         if getattr(self, "memory", None) is not None:
             self.memory.reset()
 
-    # --- describe --------------------------------------------------------
-
     def describe(self) -> dict:
-        m = self.model
-        return {
-            "id": m.model_id,
-            "aliases": [] if m.model_id == LATEST_ALIAS else [LATEST_ALIAS],
-            "source": m.source,
-            "readout": m.readout,
-            "layout": self.layout.name,
-            "device": str(m.device),
-            "dtype": DTYPE_NAMES.get(m.dtype, str(m.dtype)),
-            "cpu_threads": torch.get_num_threads() if m.device.type == "cpu" else None,
-            "context_window": m.context_window,
-            "linear_attention": m.info.get("linear_attention"),   # which kernels, on hybrid models
-            "random_weights": bool(m.info.get("random_weights")),  # the built-in demo model
-            "max_options": self.max_options,
-            "media_types": list(getattr(m, "media_types", ())),    # what media a request may carry
-            "choice_readout": self._describe_choice(),
-            "date_facts": self.config.date_facts,
-            "limits": {
-                "max_state_tokens": self.limits.state,
-                "max_branch_tokens": self.limits.branch,
-                "max_packed_tokens": self.config.max_packed_tokens,
-                "max_batch_size": self.config.max_batch_size,
-                "max_padding_waste": self.batch_limits.max_padding_waste,
-            },
-            "prefix_cache": self.prefix_cache_stats(),
-            "batching": self.stats.as_dict() | {"policy": self.config.batch_policy,
-                                                "measured_tokens_per_s": self.policy.as_dict()},
-        }
-
-    def _describe_choice(self) -> dict | None:
-        """The choice readout's settings, under JevAny's names; None for the other readouts."""
-        if self.model.readout != "choice":
-            return None
-        out = {"temperature": self.readout.temperature, "native_weight": self.config.choice_native_weight,
-               "max_tokens": self.limits.choice}
-        if self.blend is not None:
-            out |= {"native_readout": self.blend.kind, "native_temperature": self.blend.temperature}
-        return out
+        """What the engine serves, and how: describe.py."""
+        return describe(self)
 
 
 def _pad_id(tokenizer) -> int:

@@ -5,7 +5,8 @@ fault (unnormalised, out of range, not finite) reaches a caller; a request
 whose answer fails gets InternalError, alone.
 
 ``usage.output_tokens`` is JevAny's accounting: the tokens of the answers'
-JSON (default separators, ASCII escaping), without special tokens. Counting
+JSON in JevAny's shape (default separators, ASCII escaping), without special
+tokens. Counting
 it by calling the tokenizer per reply costs more host time than the rest of
 shaping together, so a pass counts all its replies in one batched call of
 the tokenizer's backend (prompts.encode_texts: the same ids), and
@@ -15,7 +16,7 @@ remembers the counts of texts it has seen: answers rounded to two decimals
 import json
 from collections import OrderedDict
 
-from jevany_client.answers import shape_answer, validate_answer
+from jevany_client.answers import jevany_answers, shape_answer, validate_answer
 from jevany_client.errors import InternalError
 
 from .prompts import encode_texts
@@ -24,8 +25,8 @@ REMEMBERED = 4096     # distinct answer texts whose token counts are kept
 
 
 def counted_text(answers: dict) -> str:
-    """The text JevAny counts as output: its answers' JSON."""
-    return json.dumps(answers)
+    """The text JevAny counts as output: its answers' JSON, in its shape (without our additions)."""
+    return json.dumps(jevany_answers(answers))
 
 
 class OutputTokens:

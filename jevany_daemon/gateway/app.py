@@ -1,7 +1,7 @@
-"""JevAny's HTTP routes, answered through the supervisor's queue.
+"""JevAny's HTTP routes, answered through the supervisor's queue (or, embedded, by a model in this process).
 
-    POST /v1/systemone   a decide request (JevAny's body); its answer, or 4xx/5xx with `detail`
-    GET  /v1/models      {"models": [description]} (the models op's, media policy in `limits`)
+    POST /v1/systemone   a decide request (JevAny's body); its answer in JevAny's shape, or 4xx/5xx with `detail`
+    GET  /v1/models      {"models": [entry]} (the models op's description as JevAny's, media policy in `limits`)
     GET  /health         200 {"status": "ready"}; 503 "loading", "draining" or "unavailable"
     GET  /metrics        the daemon's Prometheus metrics (when --metrics-port is set)
     GET  /docs, /openapi.json
@@ -18,13 +18,17 @@ from contextlib import asynccontextmanager
 from fastapi import Depends, FastAPI, Header, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
+from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 
 from jevany_client.errors import JevanyError
 
 from jevany_daemon import __version__
+from jevany_daemon.server.settings import cors_origins
 
-from .replies import ERROR_CODE_HEADER, TIMEOUT_HEADER, error_response, from_error
+from .jevany_view import (ADDITIONS_HEADER, BATCH_SIZE_HEADER, PADDED_TOKENS_HEADER, answer_body, answer_headers,
+                          models_body, wants_additions)
+from .replies import ERROR_CODE_HEADER, JEVANY_ERROR_HEADER, TIMEOUT_HEADER, error_response, from_error
 from .shapes import SystemOneRequest
 from .upstream import TooLarge, Upstream
 
@@ -75,6 +79,13 @@ def create_app(gateway: Gateway) -> FastAPI:
     app = FastAPI(title="jevany-daemon", version=__version__, lifespan=lifespan,
                   description="JevAny's HTTP API: typed questions about a state, answered in one prefill pass. "
                               "HTTP and ZeroMQ callers share one queue and its batches.")
+    # JevAny lets a page from any origin call it (CORSMiddleware, everything allowed); so do we,
+    # unless --http-cors-origins narrows it. Our headers are exposed, so a page can read them.
+    origins = cors_origins(gateway.settings.get("http_cors_origins", "*"))
+    if origins:
+        app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["*"], allow_headers=["*"],
+                           expose_headers=[ERROR_CODE_HEADER, JEVANY_ERROR_HEADER, "Retry-After",
+                                           BATCH_SIZE_HEADER, PADDED_TOKENS_HEADER])
 
     @app.exception_handler(RequestValidationError)
     async def invalid_body(_request: Request, exc: RequestValidationError):
@@ -100,7 +111,10 @@ def create_app(gateway: Gateway) -> FastAPI:
     async def systemone(request: SystemOneRequest,
                         timeout_ms: str | None = Header(default=None, alias=TIMEOUT_HEADER,
                                                         description="Give up unless scoring begins within "
-                                                                    "this many milliseconds (504).")):
+                                                                    "this many milliseconds (504)."),
+                        additions: str | None = Header(default=None, alias=ADDITIONS_HEADER,
+                                                       description="1: the answer with our additions (batch, "
+                                                                   "noul's probabilities) beside JevAny's fields.")):
         """Typed questions in, typed answers out, one prefill pass (JevAny's route)."""
         if not await gateway.is_ready():
             return JSONResponse({"detail": "model is not ready"}, status_code=503)
@@ -112,7 +126,7 @@ def create_app(gateway: Gateway) -> FastAPI:
         try:
             result = await gateway.upstream.call("decide", request.to_body(), timeout_ms=timeout, wait_s=wait_s)
             # Already plain JSON types (msgpack's); straight to the encoder, which refuses NaN.
-            return JSONResponse(result)
+            return JSONResponse(answer_body(result, wants_additions(additions)), headers=answer_headers(result))
         except TooLarge as exc:
             return JSONResponse({"detail": str(exc)}, status_code=413,
                                 headers={ERROR_CODE_HEADER: "invalid_request"})
@@ -125,7 +139,7 @@ def create_app(gateway: Gateway) -> FastAPI:
         if not await gateway.is_ready():
             return JSONResponse({"detail": "model is not ready"}, status_code=503)
         try:
-            return JSONResponse(await gateway.upstream.call("models", wait_s=STATUS_WAIT_S))
+            return JSONResponse(models_body(await gateway.upstream.call("models", wait_s=STATUS_WAIT_S)))
         except JevanyError as exc:
             return from_error(exc)
 

@@ -1,16 +1,20 @@
-"""How the daemon's typed errors look over HTTP: JevAny's status codes, our codes in a header.
+"""How the daemon's typed errors look over HTTP: JevAny's status codes and header, our codes in another.
 
 JevAny answers a bad or too-long request with 422 and `{"detail": message}`,
-adding `X-JevAny-Error-Code: context_length_exceeded` for the latter, and an
-unloaded model with 503. The states JevAny never had get the codes HTTP
-clients already know how to retry. Every error carries its protocol code in
-X-JevAny-Error-Code, so a caller can tell them apart without parsing text.
+adding `X-JevAny-Error-Code: context_length_exceeded` for the latter only (its
+remote evaluation tells an over-long request from others by it, and its tests
+check it is absent on any other 422), and an unloaded model with 503. The
+states JevAny never had get the codes HTTP clients already know how to retry.
+Every error carries its protocol code in X-Jevany-Daemon-Error, so a caller can
+tell them apart without parsing text.
 """
 from fastapi.responses import JSONResponse
 
 from jevany_client.errors import JevanyError
 
-ERROR_CODE_HEADER = "X-JevAny-Error-Code"
+ERROR_CODE_HEADER = "X-Jevany-Daemon-Error"
+JEVANY_ERROR_HEADER = "X-JevAny-Error-Code"
+JEVANY_CODES = {"context_length_exceeded"}     # the only code JevAny's header carries
 TIMEOUT_HEADER = "X-JevAny-Timeout-Ms"
 RETRY_AFTER_S = "1"
 
@@ -35,6 +39,8 @@ RETRY_AFTER = {"overloaded", "worker_lost"}
 
 def error_response(code: str, message: str) -> JSONResponse:
     headers = {ERROR_CODE_HEADER: code}
+    if code in JEVANY_CODES:
+        headers[JEVANY_ERROR_HEADER] = code
     if code in RETRY_AFTER:
         headers["Retry-After"] = RETRY_AFTER_S
     return JSONResponse({"detail": message}, status_code=STATUS.get(code, 500), headers=headers)

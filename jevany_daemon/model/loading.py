@@ -10,17 +10,16 @@ multi-gigabyte load. Every failure is a ModelLoadError naming the source.
 """
 from __future__ import annotations
 
-import json
 import logging
-import os
 import re
 import time
-import warnings
 from pathlib import Path
 
 import torch
 
+from jevany_daemon.config import LoadOptions
 from jevany_daemon.model import kernels, multimodal
+from jevany_daemon.model.adapter import ADAPTER_PARAMETERS, adapter_config, apply_adapter, merges
 from jevany_daemon.model.checkpoint import HEAD_FILE, Meta, ModelLoadError, read_meta, resolve_decision_tokens
 from jevany_daemon.model.decision_model import READOUTS, DecisionModel
 from jevany_daemon.model.placement import Placement, plan as plan_placement
@@ -34,9 +33,8 @@ __all__ = ["ModelLoadError", "default_model_id", "load_model", "parse_device", "
 log = logging.getLogger("jevany.model")
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPE_LABELS = {v: k for k, v in DTYPES.items()}
 ATTN_IMPLEMENTATION = "sdpa"
-ADAPTER_CONFIG = "adapter_config.json"
-ADAPTER_WEIGHTS = "adapter_model.safetensors"
 
 _SPECIAL_IDS = {
     "simplejev/jevany-qwen3.8-27b-lora": "jevany-qwen3.8-27b-lora",
@@ -58,7 +56,10 @@ def _valid_temperature(value) -> bool:
     return isinstance(value, (int, float)) and 0 < value < float("inf")
 
 
-def parse_dtype(dtype: str) -> torch.dtype:
+def parse_dtype(dtype: str | None) -> torch.dtype | None:
+    """None stays None: the checkpoint's own (BF16 for one trained on a BF16 backbone, else FP32)."""
+    if dtype is None:
+        return None
     if dtype not in DTYPES:
         raise ModelLoadError(f"unknown dtype {dtype!r}; expected one of {', '.join(DTYPES)}")
     return DTYPES[dtype]
@@ -84,12 +85,13 @@ def load_model(
     source: str,
     readout: str | None = None,
     device: str = "cpu",
-    dtype: str = "fp32",
+    dtype: str | None = None,
     model_id: str | None = None,
     temperature: float | None = None,
     device_map: str | None = None,
     max_memory_gib: float | None = None,
     media: bool = False,
+    options: LoadOptions | None = None,
 ) -> DecisionModel:
     """Load SOURCE (a local directory or an owner/name[@rev] hub id) as a DecisionModel.
 
@@ -100,12 +102,20 @@ def load_model(
 
     With device_map (config.DEVICE_MAPS), Accelerate spreads the model over the GPUs in device
     (cuda: every visible one), each taking at most max_memory_gib.
+
+    readout "native" is JevAny's name for a checkpoint's own readout (pointer or lm_token). dtype
+    None: the checkpoint's (JevAny's rule: BF16 for one trained on a BF16 backbone, else FP32).
+    options: JevAny's load options (LoRA scale and merge, base mirror); None reads its variables.
     """
     source = str(source)
     if not source.strip():
         raise ModelLoadError("no model source given")
-    if readout is not None and readout not in READOUTS:
-        raise ModelLoadError(f"unknown readout {readout!r}; expected one of {', '.join(READOUTS)}")
+    if readout is not None and readout not in (*READOUTS, "native"):
+        raise ModelLoadError(f"unknown readout {readout!r}; expected native or one of {', '.join(READOUTS)}")
+    try:
+        options = LoadOptions.from_env() if options is None else options
+    except ValueError as exc:
+        raise ModelLoadError(str(exc)) from None
     if temperature is not None and not _valid_temperature(temperature):
         raise ModelLoadError(f"temperature must be a positive finite number, got {temperature!r}")
     torch_dtype = parse_dtype(dtype)
@@ -117,18 +127,34 @@ def load_model(
     started = time.monotonic()
     with no_progress_bars():
         if kind == "checkpoint":
-            model = _load_checkpoint(Path(location), readout, **common)
+            model = _load_checkpoint(Path(location), None if readout == "native" else readout, options=options,
+                                     **common)
         else:
+            if readout == "native":
+                raise ModelLoadError(f"{source!r} is a plain causal LM (no {HEAD_FILE}), so it has no native "
+                                     "readout; serve it with the choice readout")
             model = _load_causal_lm(location, revision, readout, media=media, **common)
     paths = kernels.prepare(model.causal_lm, model.dtype, model.device)
     model.info["linear_attention"] = kernels.describe(paths)
+    model.info["linear_attention_kernels"] = _kernel_packages(paths)
+    model.info["device_map"] = device_map
     if model.dtype == torch.float32:
         for d in model.devices:
             kernels.strict_fp32(d)
     # The daemon's log is one key=value record per line (server/logs.py), so this line is one too.
     event(log, "model_loaded", source=source, kind=kind, readout=model.readout,
-          devices=",".join(map(str, model.devices)), dtype=dtype, seconds=round(time.monotonic() - started, 2))
+          devices=",".join(map(str, model.devices)), dtype=DTYPE_LABELS.get(model.dtype, model.dtype),
+          seconds=round(time.monotonic() - started, 2))
     return model
+
+
+def _kernel_packages(paths: dict[str, str] | None) -> dict[str, bool] | None:
+    """JevAny's report of the linear-attention fast path: whether each package serves; None without such layers."""
+    if paths is None:
+        return None
+    fast = {name for name, serving in paths.items() if serving != kernels.TORCH}
+    return {"flash_linear_attention": bool(fast & set(kernels.DELTA_RULES)),
+            "causal_conv1d": bool(fast & set(kernels.CONVOLUTIONS))}
 
 
 # -- where the weights are -------------------------------------------------------------------
@@ -170,9 +196,8 @@ def _hub_checkpoint(repo: str, revision: str | None) -> str | None:
         raise ModelLoadError(f"cannot download checkpoint {repo!r} from the Hugging Face hub: {exc}") from exc
 
 
-def _resolve_base(meta: Meta, run_dir: Path) -> tuple[str, str | None]:
-    """(directory or hub id, revision) of the checkpoint's base model."""
-    mirror = os.environ.get("JEVANY_BASE_LOAD_PATH")
+def _resolve_base(meta: Meta, run_dir: Path, mirror: str | None) -> tuple[str, str | None]:
+    """(directory or hub id, revision) of the checkpoint's base model; a mirror replaces it."""
     if mirror:
         if not Path(mirror).expanduser().is_dir():
             raise ModelLoadError(f"JEVANY_BASE_LOAD_PATH is not a directory: {mirror}")
@@ -252,8 +277,9 @@ def _freeze(module: torch.nn.Module, device: torch.device | None) -> torch.nn.Mo
 
 def _cast_parameters(causal_lm, dtype: torch.dtype) -> None:
     """Cast as from_pretrained(dtype=...) does: parameters only, so fp32 buffers such as the
-    RoPE inv_freq stay exact, and modules the model keeps in fp32 stay fp32."""
-    keep = set(getattr(causal_lm, "_keep_in_fp32_modules_strict", None) or ())
+    RoPE inv_freq stay exact, and modules the model keeps in fp32 stay fp32. So does an
+    adapter kept apart from the weights, as PEFT keeps it."""
+    keep = set(getattr(causal_lm, "_keep_in_fp32_modules_strict", None) or ()) | {ADAPTER_PARAMETERS}
     if dtype == torch.float16:
         keep |= set(getattr(causal_lm, "_keep_in_fp32_modules", None) or ())
     pattern = re.compile("|".join(re.escape(k) for k in sorted(keep))) if keep else None
@@ -272,6 +298,7 @@ def _load_causal_lm(location, revision, readout, *, source, model_id, placement,
             f"{source!r} is a plain causal LM (no {HEAD_FILE}); it supports only the choice readout, "
             f"not {readout!r}"
         )
+    dtype = dtype or torch.float32
     tokenizer = _tokenizer(source, location, revision)
     with_vision = media and _is_multimodal(source, location, revision)
     media, media_info = _media(source, location, tokenizer, revision) if with_vision else ({}, {})
@@ -281,15 +308,26 @@ def _load_causal_lm(location, revision, readout, *, source, model_id, placement,
         model_id=model_id, source=source, causal_lm=causal_lm, tokenizer=tokenizer, readout="choice",
         **placement.settle(causal_lm, source), dtype=dtype,
         temperature=1.0 if temperature is None else float(temperature), **media,
-        info={"kind": "causal-lm", "base": location, "revision": revision,
+        info={"kind": "causal-lm", "base": location, "revision": revision, "named_base": source,
+              "backbone_adapter": _adapter_name("auto", with_vision), "lora": 0, "lora_merged": False,
+              "approximate_bf16_merge": False,
               "attn_implementation": _attn_implementation(causal_lm), **media_info},
     )
 
 
-def _load_checkpoint(run_dir: Path, readout, *, source, model_id, placement, dtype, temperature):
+def _adapter_name(named: str, multimodal: bool) -> str:
+    """JevAny's name for the backbone adapter: head.pt's, else the one auto picks (text, or qwen_vl)."""
+    if named != "auto":
+        return named
+    return "qwen_vl" if multimodal else "text"
+
+
+def _load_checkpoint(run_dir: Path, readout, *, source, model_id, placement, dtype, temperature, options):
     meta = read_meta(run_dir)
     _check_meta(meta, readout, temperature, source)
-    base, base_revision = _resolve_base(meta, run_dir)
+    base, base_revision = _resolve_base(meta, run_dir, options.base_load_path)
+    # JevAny serves a checkpoint trained on a BF16 backbone in BF16; a dtype asked for wins here.
+    dtype = dtype or (torch.bfloat16 if meta.weights_dtype == "bf16" else torch.float32)
     if meta.tokenizer_saved:
         tokenizer = _tokenizer(source, str(run_dir))
     else:
@@ -309,8 +347,9 @@ def _load_checkpoint(run_dir: Path, readout, *, source, model_id, placement, dty
     if len(tokenizer) > causal_lm.get_input_embeddings().num_embeddings:
         # Tokens JevAny added in training; their trained rows come with the adapter.
         causal_lm.resize_token_embeddings(len(tokenizer))
+    merged = meta.lora > 0 and merges(meta, adapter_config(run_dir), options, dtype)
     if meta.lora > 0:
-        _merge_adapter(causal_lm, run_dir, meta, source)
+        apply_adapter(causal_lm, run_dir, meta, source, options.lora_scale, merged)
     if dtype != torch.float32:
         _cast_parameters(causal_lm, dtype)
     causal_lm = _freeze(causal_lm, placement.move_to)
@@ -333,6 +372,9 @@ def _load_checkpoint(run_dir: Path, readout, *, source, model_id, placement, dty
         head=head, verbalizer_ids=verbalizer_ids, **media,
         info={
             "kind": "jevany-checkpoint", "base": base, "base_revision": base_revision, "lora": meta.lora,
+            "named_base": meta.base, "backbone_adapter": _adapter_name(meta.backbone_adapter, meta.multimodal),
+            "lora_scale": options.lora_scale, "lora_merged": merged,
+            "approximate_bf16_merge": merged and meta.weights_dtype == "bf16" and dtype != torch.float32,
             "decision_mode": meta.decision_mode,    # its own readout, whichever one serves
             "head_type": meta.head_type if meta.decision_mode == "pointer" else None,
             "branch_mode": meta.branch_mode, "option_isolation": meta.option_isolation,
@@ -374,60 +416,6 @@ def _verbalizer_ids(meta: Meta, tokenizer) -> list[int]:
     if len(set(ids)) != len(ids):
         raise ModelLoadError("verbalizers map to repeated token ids")
     return ids
-
-
-def _lora_config(run_dir: Path, meta: Meta):
-    """JevAny's rule: rank from head.pt, alpha = 2 x rank, the rest from adapter_config.json."""
-    from peft import LoraConfig
-
-    path = run_dir / ADAPTER_CONFIG
-    try:
-        saved = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise ModelLoadError(f"cannot read {path}: {exc}") from exc
-    targets = saved.get("target_modules")
-    if isinstance(targets, list):
-        targets = sorted(targets)
-    return LoraConfig(
-        task_type="FEATURE_EXTRACTION",
-        r=meta.lora,
-        lora_alpha=2 * meta.lora,
-        lora_dropout=float(saved.get("lora_dropout") or 0.0),
-        target_modules=targets,
-        bias=saved.get("bias", "none"),
-        use_rslora=bool(saved.get("use_rslora", False)),
-        use_dora=bool(saved.get("use_dora", False)),
-        trainable_token_indices=saved.get("trainable_token_indices"),
-    )
-
-
-def _merge_adapter(causal_lm, run_dir: Path, meta: Meta, source: str) -> None:
-    """Apply the LoRA to the decoder backbone (what JevAny trains) and merge it in place, in fp32."""
-    from peft import get_peft_model, set_peft_model_state_dict
-    from safetensors.torch import load_file
-
-    weights = run_dir / ADAPTER_WEIGHTS
-    if not weights.is_file():
-        raise ModelLoadError(f"{source!r}: {HEAD_FILE} says lora={meta.lora} but {weights} is missing")
-    backbone = causal_lm.get_decoder()
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", FutureWarning)
-            peft_model = get_peft_model(backbone, _lora_config(run_dir, meta))
-        result = set_peft_model_state_dict(peft_model, load_file(weights))
-        missing = [k for k in result.missing_keys if "lora_" in k]
-        if result.unexpected_keys or missing:
-            raise ModelLoadError(
-                f"adapter does not match the base model: unexpected {result.unexpected_keys[:5]}, "
-                f"missing {missing[:5]}"
-            )
-        merged = peft_model.merge_and_unload()
-    except ModelLoadError as exc:
-        raise ModelLoadError(f"{source!r}: {exc}") from exc
-    except Exception as exc:
-        raise ModelLoadError(f"{source!r}: cannot apply the LoRA adapter: {exc}") from exc
-    if merged is not backbone:
-        causal_lm.set_decoder(merged)
 
 
 def _pointer_head(meta: Meta, causal_lm, device: torch.device, source: str) -> PointerHead:

@@ -11,6 +11,7 @@ worker inherits CUDA_DEVICE_ORDER too, so both count devices the same way.
 """
 import ctypes
 import functools
+import glob
 import os
 import re
 import subprocess
@@ -72,6 +73,21 @@ def cuda_device_count() -> int:
         return int(proc.stdout.strip()) if proc.returncode == 0 else 0
     except ValueError:
         return 0
+
+
+def visible_cuda_count() -> int:
+    """cuda_device_count, without starting a probe on a host with no NVIDIA device node at all."""
+    if not glob.glob("/dev/nvidia*") and not os.path.exists("/dev/dxg"):   # dxg: a GPU under WSL2
+        return 0
+    return cuda_device_count()
+
+
+def auto_device(count: int) -> tuple[str, str]:
+    """--device auto, as JevAny picks its default: (the first CUDA device where one is visible, else cpu, why)."""
+    if count == 0:
+        return "cpu", "no CUDA device is visible"
+    more = "" if count == 1 else f"; of {count}, give --device cuda:0,...,cuda:{count - 1} for one worker each"
+    return "cuda:0", f"a CUDA device is visible{more}"
 
 
 def missing(devices: list[str], count: int) -> str | None:

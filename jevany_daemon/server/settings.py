@@ -15,21 +15,23 @@ from pathlib import Path
 
 from jevany_client.endpoints import default_control_endpoint, default_endpoint
 
-from jevany_daemon.config import DEVICE_MAPS, EngineConfig
+from jevany_daemon.config import DEVICE_MAPS, EngineConfig, LoadOptions
 from jevany_daemon.model.sources import local_problem
 
 from . import devices as device_names
+from . import jevany_options
 
-READOUTS = ("choice", "pointer", "lm_token")
+READOUTS = ("choice", "pointer", "lm_token", "native")     # native: a checkpoint's own (JevAny's name)
 DTYPES = ("fp32", "bf16", "fp16")
+AUTO = "auto"
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 _ENDPOINT = re.compile(r"(ipc://.+|tcp://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.*-]+):\d{1,5})")
 _TCP_HOST = re.compile(r"tcp://\[?([^\]]*?)\]?:\d+")
 
 # What a reload may change: everything a worker is built from. The rest
 # (sockets, queue, keys, metrics) needs a restart, and a reload says so.
-RELOADABLE = ("model", "readout", "model_id", "temperature", "device", "dtype", "workers", "cpu_threads",
-              "device_map", "max_memory_gib", "heartbeat_timeout", "batch_timeout", "engine")
+RELOADABLE = ("model", "readout", "model_id", "temperature", "device", "device_auto", "dtype", "workers",
+              "cpu_threads", "device_map", "max_memory_gib", "heartbeat_timeout", "batch_timeout", "engine", "load")
 MEDIA_CAPS = ("media_max_bytes", "media_total_bytes", "media_max_pixels", "media_max_video_frames")
 
 
@@ -43,10 +45,11 @@ class ServeSettings:
     readout: str | None = None        # None: the checkpoint's own, or choice for a plain causal LM
     model_id: str | None = None
     temperature: float | None = None  # the native readouts' temperature; None: the checkpoint's
-    device: str = "cpu"               # one device, or a comma-separated list: one worker each
+    device: str = AUTO                # one device, or a comma-separated list: one worker each; auto: as JevAny,
+                                      # the first CUDA device where one is visible, else cpu (resolve picks)
     device_map: str | None = None     # one of DEVICE_MAPS: one worker spans every GPU in device
     max_memory_gib: float | None = None   # per GPU, for the device map; None: what is free
-    dtype: str = "fp32"
+    dtype: str | None = None          # None: the checkpoint's (bf16 for one trained on a bf16 backbone, else fp32)
     workers: int | None = None        # None: one per listed device
     cpu_threads: int | None = None    # torch threads per CPU worker; None: the cores shared among CPU workers
     heartbeat_timeout: float = 10.0   # a ready worker silent this long is killed and replaced
@@ -63,6 +66,7 @@ class ServeSettings:
     insecure: bool = False            # allow plain TCP on a non-loopback address
     http: str | None = None           # HOST:PORT of JevAny's HTTP routes (the gateway process); None: off
     http_token_file: str | None = None    # file holding the bearer token HTTP callers must send
+    http_cors_origins: str = "*"      # origins a browser page may call the HTTP routes from (comma-separated); "": none
     # Media policy (JevAny's variables and defaults); off unless media_root is set.
     media_root: str | None = None
     media_max_bytes: int = 50 << 20          # per file
@@ -74,6 +78,8 @@ class ServeSettings:
     # after the host has dispatched it, with attention made free (engine/stream.py); CPU only.
     simulate_accelerator: float | None = None
     engine: EngineConfig = field(default_factory=EngineConfig)
+    load: LoadOptions = field(default_factory=LoadOptions)
+    device_auto: str | None = None    # why --device auto chose device (resolve fills it in); None: it was named
 
     @property
     def endpoints(self) -> tuple[str, ...]:
@@ -87,6 +93,8 @@ class ServeSettings:
 
     @property
     def devices(self) -> tuple[str, ...]:
+        if self.device.strip() == AUTO:       # built directly, not by resolve: pick now, as resolve would
+            return _pick_device(self, device_names.visible_cuda_count).devices
         names = tuple(d.strip() for d in self.device.split(","))
         if self.device_map is not None and names == ("cuda",):
             return names      # every GPU the host shows, however many
@@ -133,18 +141,19 @@ class ServeSettings:
 
 # Settings read from the environment and TOML, with how to parse each.
 ENGINE_FIELDS = tuple(f.name for f in fields(EngineConfig))
-SERVE_FIELDS = tuple(f.name for f in fields(ServeSettings) if f.name != "engine")
+LOAD_FIELDS = tuple(f.name for f in fields(LoadOptions))
+SERVE_FIELDS = tuple(f.name for f in fields(ServeSettings) if f.name not in ("engine", "load", "device_auto"))
 _INTS = {"max_queue", "max_message_bytes", "max_batch_size", "max_packed_tokens",
          "max_state_tokens", "max_branch_tokens", "workers", "cpu_threads", "metrics_port",
          "prefix_cache", "prefix_min_tokens", "prefix_cache_bytes", "choice_max_tokens", *MEDIA_CAPS}
 _FLOATS = {"max_padding_waste", "heartbeat_timeout", "batch_timeout", "max_memory_gib", "simulate_accelerator",
-           "choice_temperature", "choice_native_weight", "temperature", "media_check_timeout"}
-_BOOLS = {"log_requests", "insecure", "date_facts"}
+           "choice_temperature", "choice_native_weight", "temperature", "media_check_timeout", "lora_scale"}
+_BOOLS = {"log_requests", "insecure", "date_facts", "merge", "merge_bf16"}
 
 
 def _from_env(env) -> dict:
     found = {}
-    for name in SERVE_FIELDS + ENGINE_FIELDS:
+    for name in SERVE_FIELDS + ENGINE_FIELDS + LOAD_FIELDS:
         raw = env.get(f"JEVANY_{name.upper()}")
         if raw is None or raw == "":
             continue
@@ -188,7 +197,7 @@ def _from_toml(path: Path) -> dict:
         raise SettingsError(f"--config: {path} does not exist") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
         raise SettingsError(f"--config {path}: not valid TOML: {exc}") from None
-    unknown = sorted(set(data) - set(SERVE_FIELDS + ENGINE_FIELDS))
+    unknown = sorted(set(data) - set(SERVE_FIELDS + ENGINE_FIELDS + LOAD_FIELDS))
     if unknown:
         raise SettingsError(f"--config {path}: unknown settings {unknown}")
     if isinstance(data.get("bind"), str):
@@ -206,11 +215,15 @@ def _from_toml(path: Path) -> dict:
 
 
 def resolve(flags: dict, config_file: Path | None = None, env=os.environ,
-            cuda_count: Callable[[], int] = device_names.cuda_device_count) -> ServeSettings:
+            cuda_count: Callable[[], int] = device_names.visible_cuda_count) -> ServeSettings:
     """Merge the sources (flags win) and validate. flags maps setting name → value or None (not given).
 
-    cuda_count is asked only when a CUDA device is named; tests give a fake host.
+    cuda_count is asked only when a CUDA device is named, or auto picks one; tests give a fake host.
     """
+    try:
+        jevany_options.refuse_unoffered(env)
+    except jevany_options.OptionError as exc:
+        raise SettingsError(str(exc)) from None
     merged: dict = {}
     origin: dict = {}      # setting -> where its value came from, for errors that name it
     if config_file is not None:
@@ -222,8 +235,11 @@ def resolve(flags: dict, config_file: Path | None = None, env=os.environ,
     merged.update(given)
     origin.update({name: "--" + name.replace("_", "-") for name in given})
     engine = {k: merged.pop(k) for k in ENGINE_FIELDS if k in merged}
+    load = {k: merged.pop(k) for k in LOAD_FIELDS if k in merged}
+    merged["readout"] = jevany_options.readout(merged.get("readout"))
     try:
-        settings = ServeSettings(**merged, engine=EngineConfig(**engine))
+        settings = _pick_device(ServeSettings(**merged, engine=EngineConfig(**engine), load=LoadOptions(**load)),
+                                cuda_count)
         validate(settings, cuda_count)
     except SettingsError as exc:
         raise SettingsError(_named(str(exc), origin)) from None
@@ -232,13 +248,30 @@ def resolve(flags: dict, config_file: Path | None = None, env=os.environ,
     return settings
 
 
+def _pick_device(s: ServeSettings, cuda_count: Callable[[], int]) -> ServeSettings:
+    """--device auto made concrete: the first CUDA device where one is visible (every GPU under a device map)."""
+    if not isinstance(s.device, str) or s.device.strip() != AUTO:
+        return s
+    try:
+        device, why = device_names.auto_device(cuda_count())
+    except TimeoutError as exc:
+        raise SettingsError(f"device auto cannot tell whether a GPU is here: {exc}; give --device cpu or cuda") \
+            from None
+    if s.device_map is not None:
+        if device == "cpu":
+            raise SettingsError(f"device_map spreads one model over GPUs, and device auto found none ({why}); "
+                                "give --device cuda on a host with GPUs")
+        device = "cuda"     # every visible GPU
+    return replace(s, device=device, device_auto=why)
+
+
 def _named(message: str, origin: dict) -> str:
     """The message, led by the flag, variable or file the offending value came from."""
     name = message.split(" ", 1)[0].rstrip(":")
     return f"{origin[name]}: {message}" if name in origin else message
 
 
-def validate(s: ServeSettings, cuda_count: Callable[[], int] = device_names.cuda_device_count) -> None:
+def validate(s: ServeSettings, cuda_count: Callable[[], int] = device_names.visible_cuda_count) -> None:
     _validate_model(s)
     _validate_device_map(s)
     _validate_pool(s)
@@ -264,7 +297,7 @@ def _positive_int(name: str, value) -> None:
 def _validate_model(s: ServeSettings) -> None:
     if s.readout is not None and s.readout not in READOUTS:
         raise SettingsError(f"readout must be one of {', '.join(READOUTS)}, got {s.readout!r}")
-    if s.dtype not in DTYPES:
+    if s.dtype is not None and s.dtype not in DTYPES:
         raise SettingsError(f"dtype must be one of {', '.join(DTYPES)}, got {s.dtype!r}")
     t = s.temperature
     if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0):
@@ -273,6 +306,10 @@ def _validate_model(s: ServeSettings) -> None:
         raise SettingsError("model must not be empty")
     if s.model is not None and (problem := local_problem(s.model)):
         raise SettingsError(problem)      # before a worker starts: a path that is not there is a setting
+    jevany_options.check_readout_rules(s.model, s.readout, t)
+    if s.load.base_load_path is not None and not Path(s.load.base_load_path).expanduser().is_dir():
+        raise SettingsError(f"base_load_path {s.load.base_load_path} is not a directory (JevAny's "
+                            "JEVANY_BASE_LOAD_PATH: a local copy of the checkpoint's base model)")
     if s.engine.choice_native_weight > 0:
         if s.readout != "choice":
             raise SettingsError("choice_native_weight blends the choice readout with the checkpoint's own "
@@ -285,6 +322,9 @@ def _validate_model(s: ServeSettings) -> None:
 
 def _validate_pool(s: ServeSettings) -> None:
     devices = s.devices
+    if "mps" in devices:
+        raise SettingsError("device mps (Apple's GPU, which JevAny can use) is not served by jevany-daemon; "
+                            "give --device cpu, or cuda on a host with an NVIDIA GPU")
     for device in devices:
         if not _DEVICE.fullmatch(device):
             raise SettingsError(f"device must be cpu, cuda or cuda:N (or a comma-separated list), got {s.device!r}")
@@ -380,7 +420,20 @@ def http_address(value: str) -> tuple[str, int]:
     return match.group(1).strip("[]"), int(match.group(2))
 
 
+_ORIGIN = re.compile(r"https?://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?")
+
+
+def cors_origins(value: str) -> list[str]:
+    """http_cors_origins as the origins a browser page may call from: ["*"] (any, JevAny's), a list, or []."""
+    origins = [o.strip() for o in value.split(",") if o.strip()] if isinstance(value, str) else None
+    if origins is None or (origins != ["*"] and not all(_ORIGIN.fullmatch(o) for o in origins)):
+        raise ValueError(f"http_cors_origins must be *, empty (none), or origins such as "
+                         f"https://app.example:8443 separated by commas, got {value!r}")
+    return origins
+
+
 def _validate_http(s: ServeSettings) -> None:
+    cors_origins(s.http_cors_origins)
     if s.http is None:
         if s.http_token_file is not None:
             raise SettingsError("http_token_file guards the HTTP routes; it needs http (--http HOST:PORT)")

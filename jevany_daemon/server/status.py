@@ -92,8 +92,12 @@ def prefix_cache(sup) -> dict:
     total = {k: sum(r.get(k, 0) for r in reports) for k in ("size", "bytes", "hits", "misses", "evictions",
                                                                  "reused_tokens")}
     total["pinned_tokens"] = max((r.get("pinned_tokens", 0) for r in reports), default=0)   # the same head in each
-    return {"enabled": engine.prefix_cache > 0, **total, "max_entries": engine.prefix_cache,
-            "max_bytes": engine.prefix_cache_bytes, "min_tokens": engine.prefix_min_tokens}
+    # On only where a worker keeps one: a model the cache is not proven on keeps none, whatever the setting.
+    enabled = engine.prefix_cache > 0 and (not reports or any(r.get("enabled") for r in reports))
+    return {"enabled": enabled, **total, "max_entries": engine.prefix_cache,
+            "max_bytes": engine.prefix_cache_bytes, "min_tokens": engine.prefix_min_tokens,
+            # JevAny's names for two of these
+            "cached_states": total["size"], "min_state_tokens": engine.prefix_min_tokens}
 
 
 def describe_model(sup) -> dict:
@@ -107,10 +111,11 @@ def describe_model(sup) -> dict:
         s = sup.settings
         return {"id": s.model_id or s.model or "tiny-demo", "source": s.model or "tiny-demo",
                 "readout": s.readout or "", "layout": s.engine.layout, "device": ",".join(s.devices),
-                "dtype": s.dtype, "random_weights": s.model is None}
-    devices = ",".join(dict.fromkeys(w.device for w in serving))
+                "dtype": s.dtype or "auto", "random_weights": s.model is None}
+    devices = list(dict.fromkeys(d for w in serving for d in w.device.split(",")))
     limits = {**(model.get("limits") or {}), **media_policy(sup.settings).limits(model.get("media_types") or ())}
-    return {**model, "device": devices, "limits": limits, "batching": batching(sup),
+    return {**model, "device": ",".join(dict.fromkeys(w.device for w in serving)), "devices": devices,
+            "device_map": sup.settings.device_map, "limits": limits, "batching": batching(sup),
             "prefix_cache": prefix_cache(sup)}
 
 

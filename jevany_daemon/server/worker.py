@@ -19,7 +19,7 @@ from pathlib import Path
 
 import zmq
 
-from jevany_daemon.config import EngineConfig
+from jevany_daemon.config import EngineConfig, LoadOptions
 
 from . import channel
 from .logs import configure_logging, event
@@ -73,7 +73,7 @@ def load_engine(settings: dict, observer=None):
                        dtype=settings["dtype"], model_id=settings["model_id"],
                        temperature=settings.get("temperature"),
                        device_map=settings.get("device_map"), max_memory_gib=settings.get("max_memory_gib"),
-                       media=settings.get("media_root") is not None)
+                       media=settings.get("media_root") is not None, options=LoadOptions(**settings["load"]))
     if settings["model"] is None:
         model.info["random_weights"] = True      # status and jevany-ctl say so, not only this log
     if model.info.get("linear_attention"):

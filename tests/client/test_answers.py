@@ -3,7 +3,7 @@ import random
 
 import pytest
 
-from jevany_client.answers import shape_answer, validate_answer
+from jevany_client.answers import jevany_answers, shape_answer, validate_answer
 from jevany_client.errors import InternalError
 from jevany_client.schema import Question
 
@@ -31,6 +31,23 @@ def test_choice_answer():
         "probabilities": {"a": 0.2, "b": 0.5, "c": 0.3},
     }
     assert list(answer) == ["type", "choice", "confidence", "probabilities"]
+
+
+def test_jevany_answers_keep_jevany_keys_in_its_order_and_leave_the_input_alone():
+    ours = {"urgent": shape_answer(NOUL, [0.25, 0.75]), "route": shape_answer(CHOICE, [0.2, 0.5, 0.3]),
+            "mood": shape_answer(SCORE, [0.5, 0.25, 0.25])}
+    theirs = jevany_answers(ours)
+    # What JevAny's api.py writes for these probabilities, key for key
+    assert theirs == {
+        "urgent": {"type": "noul", "noul": 0.75},
+        "route": {"type": "choice", "choice": "b", "confidence": 0.25, "probabilities": {"a": 0.2, "b": 0.5, "c": 0.3}},
+        "mood": {"type": "score", "score": 0.75, "legend": {"0": "low", "1": {"mid": 1}, "2": 3},
+                 "probabilities": {"0": 0.5, "1": 0.25, "2": 0.25}, "confidence": 0.62},   # 1 - 0.75 / 2
+    }
+    assert [list(a) for a in theirs.values()] == [["type", "noul"], ["type", "choice", "confidence", "probabilities"],
+                                                   ["type", "score", "legend", "probabilities", "confidence"]]
+    assert list(theirs) == ["urgent", "route", "mood"]
+    assert ours["urgent"]["probabilities"] == {"false": 0.25, "true": 0.75}     # ours untouched
 
 
 def test_choice_takes_the_first_maximum():

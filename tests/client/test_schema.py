@@ -138,8 +138,9 @@ def test_sixty_four_questions_pass():
     assert len(parse_decision(body(questions=questions)).questions) == MAX_QUESTIONS
 
 
-def test_question_ids_are_non_empty():
-    rejects(with_question({"type": "noul"}, qid=""), "^questions: question ids must be non-empty")
+def test_an_empty_question_id_or_option_name_is_accepted_as_jevany_accepts_it():
+    parsed = parse_decision(with_question({"type": "choice", "criteria": {"": None, "b": "blank"}}, qid=""))
+    assert [(q.qid, q.keys) for q in parsed.questions] == [("", ("", "b"))]
 
 
 def test_question_must_be_a_map():
@@ -176,7 +177,6 @@ def test_bin_where_a_string_belongs_is_invalid_request():
         (["a", "b"], "must be a map of option name to description"),
         ({}, "must hold 1 to 4096 options, got 0"),
         (dict.fromkeys(map(str, range(MAX_CRITERIA + 1))), "must hold 1 to 4096 options, got 4097"),
-        ({"a": None, "": "blank"}, "option names must be non-empty"),
     ],
 )
 def test_choice_criteria_rules(criteria, match):

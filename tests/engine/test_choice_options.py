@@ -89,7 +89,9 @@ def test_choice_max_tokens_refuses_a_longer_prompt(make_engine):
 def test_choice_max_tokens_is_capped_by_the_window_and_the_branch_limit(make_engine):
     engine = make_engine(choice_max_tokens=1 << 30)
     window = engine.model.context_window
-    assert engine.limits.choice == window and engine.describe()["choice_readout"]["max_tokens"] == window
+    described = engine.describe()["choice_readout"]
+    assert engine.limits.choice == window and described["effective_max_tokens"] == window
+    assert described["max_tokens"] == 1 << 30            # as configured, as JevAny reports it
     with pytest.raises(ContextLengthError, match="limit 20$"):   # the tighter limit names itself
         make_engine(choice_max_tokens=1000, max_branch_tokens=20).admit(BODIES[1])
 
@@ -174,7 +176,11 @@ def test_describe_names_the_settings(as_choice):
     d = engine.describe()
     assert d["readout"] == "choice" and d["date_facts"] is True
     assert d["choice_readout"] == {"temperature": 0.5, "native_weight": 0.25, "max_tokens": 512,
-                                   "native_readout": "lm_token", "native_temperature": 1.5}
+                                   "native_readout": "lm_token", "native_temperature": 1.5,
+                                   # JevAny's legacy names and its capped limit, beside
+                                   "pointer_weight": 0.25, "pointer_temperature": 1.5,
+                                   "effective_max_tokens": 512, "backbone_context_window": 4096}
+    assert d["letter_readout"] == d["choice_readout"] and d["temperature"] == 0.5
     # Both readouts must be able to answer: the tighter option cap holds.
     assert d["max_options"] == min(engine.readout.max_options, engine.blend.readout.max_options)
 

@@ -40,21 +40,27 @@ def test_model_selector(make_engine):
         engine.decide(BODY | {"model": "other-model"})
 
 
-def test_media_on_a_text_model(make_engine):
-    with pytest.raises(UnsupportedMediaError):
-        make_engine().decide(BODY | {"media": [{"type": "image", "uri": "a.png"}]})
+@pytest.mark.parametrize("readout,message", [("choice", "choice readout does not support media requests"),
+                                             ("pointer", "checkpoint does not support the requested media type")])
+def test_media_on_a_text_model_in_jevany_words(make_engine, readout, message):
+    with pytest.raises(UnsupportedMediaError) as err:
+        make_engine("qwen3", readout).decide(BODY | {"media": [{"type": "image", "uri": "a.png"}]})
+    assert err.value.message == message
 
 
-@pytest.mark.parametrize("readout,limit", [("choice", 52), ("lm_token", 255)])
-def test_option_caps_per_readout(make_engine, readout, limit):
+@pytest.mark.parametrize("readout,limit,words", [
+    ("choice", 52, "exact choice-token readout supports at most 52 options"),
+    ("lm_token", 255, "lm-token mode supports at most 255 options per question")])
+def test_option_caps_per_readout(make_engine, readout, limit, words):
     engine = make_engine("qwen3", readout)
     assert engine.readout.max_options == limit
     names = [f"option{i}" for i in range(limit + 1)]
     fits = {"state": "s", "questions": {"q": {"type": "choice", "criteria": dict.fromkeys(names[:limit])}}}
     assert len(engine.decide(fits)["answers"]["q"]["probabilities"]) == limit
     over = {"state": "s", "questions": {"q": {"type": "choice", "criteria": dict.fromkeys(names)}}}
-    with pytest.raises(InvalidRequestError, match=f"at most {limit} options"):
+    with pytest.raises(InvalidRequestError) as err:
         engine.decide(over)
+    assert err.value.message == f"questions.q: {words} (got {limit + 1})"     # JevAny's words, and which question
 
 
 @pytest.mark.parametrize("readout", ["choice", "pointer"])

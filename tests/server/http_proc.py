@@ -32,7 +32,8 @@ class Http:
 
 
 def decide_stream(port: int, bodies: list, start: int, queue, barrier=None) -> None:
-    """POST each body in turn over one connection; report (index, status, answer).
+    """POST each body in turn over one connection; report (index, status, answer), answers with our
+    additions (noul's probabilities), so they compare with ZeroMQ's whole.
 
     With a barrier, the first request waits until every party is connected and ready.
     """
@@ -40,7 +41,9 @@ def decide_stream(port: int, bodies: list, start: int, queue, barrier=None) -> N
     if barrier is not None:
         client.request("GET", "/health")
         barrier.wait(120)
-    out = [(start + i, *client.request("POST", "/v1/systemone", body)[::2]) for i, body in enumerate(bodies)]
+    full = {"X-Jevany-Daemon-Additions": "1"}
+    out = [(start + i, *client.request("POST", "/v1/systemone", body, headers=full)[::2])
+           for i, body in enumerate(bodies)]
     client.close()
     queue.put(out)
 

@@ -7,6 +7,7 @@ import time
 import pytest
 
 from jevany_client import JevClient, JevTimeoutError
+from jevany_client.answers import jevany_answers
 from jevany_daemon import workloads
 from jevany_daemon.parity import compare
 
@@ -51,11 +52,12 @@ def test_every_route_answers_as_jevany_does(start_daemon):
     assert status == 200, answer
     with daemon.client() as client:
         expected = client.decide(BODY["state"], BODY["questions"])
-    # JevAny's answer shapes, field by field, the same as over ZeroMQ for the same body
-    assert set(answer) >= {"model", "answers", "usage", "latency_ms"}
+    # JevAny's body, its answer shapes key for key, the same as over ZeroMQ less our additions
+    assert list(answer) == ["model", "answers", "usage", "latency_ms"]
+    want_answers = jevany_answers(expected["answers"])
     for qid, got in answer["answers"].items():
-        want = expected["answers"][qid]
-        assert set(got) == set(want) and got["type"] == BODY["questions"][qid]["type"]
+        want = want_answers[qid]
+        assert list(got) == list(want) and got["type"] == BODY["questions"][qid]["type"]
         for field in got:
             if field == "probabilities":
                 assert got[field].keys() == want[field].keys()
@@ -64,6 +66,11 @@ def test_every_route_answers_as_jevany_does(start_daemon):
                 assert got[field] == want[field], (qid, field)
     assert answer["answers"]["severity"]["legend"] == {"0": "low", "1": "medium", "2": "high"}
     assert answer["usage"] == expected["usage"] and answer["model"] == expected["model"]
+    # the pass's batch in headers; the protocol's result whole on request
+    assert int(headers["x-jevany-daemon-batch-size"]) >= 1 and int(headers["x-jevany-daemon-padded-tokens"]) > 0
+    status, _, full = http.request("POST", "/v1/systemone", BODY, headers={"X-Jevany-Daemon-Additions": "1"})
+    assert status == 200 and set(full) == set(expected) and set(full["answers"]["urgent"]["probabilities"]) == \
+        {"false", "true"}
 
     # unknown fields are ignored over HTTP, at the top and inside a question (ZeroMQ v1 stays strict)
     extra = {**BODY, "trace_id": "abc", "questions": {
@@ -85,10 +92,10 @@ def test_every_route_answers_as_jevany_does(start_daemon):
 
     status, headers, text = http.request("GET", "/metrics")
     assert status == 200 and headers["content-type"].startswith("text/plain")
-    assert 'jevany_requests_total{op="decide",outcome="ok",transport="http"} 2.0' in text
+    assert 'jevany_requests_total{op="decide",outcome="ok",transport="http"} 3.0' in text
     assert 'jevany_requests_total{op="decide",outcome="ok",transport="zmq"} 1.0' in text
     counted = daemon.status()["requests"]["decide_by_transport"]
-    assert counted == {"zmq": 1, "http": 2}
+    assert counted == {"zmq": 1, "http": 3}
     http.close()
     assert daemon.stop() == 0
 
@@ -104,6 +111,7 @@ def test_every_error_status_with_its_code(start_daemon):
     # pydantic's validation: JevAny's 422 detail list, with where it failed
     status, headers, reply = post({"state": "s", "questions": {}})
     assert status == 422 and reply["detail"][0]["loc"] == ["body", "questions"]
+    assert headers["x-jevany-daemon-error"] == "invalid_request" and "x-jevany-error-code" not in headers
     status, _, reply = post(None, raw=b'{"state": NaN, "questions": {"q": {"type": "noul"}}}')
     assert status == 422 and reply["detail"][0]["loc"][:2] == ["body", "state"]
     assert reply["detail"][0]["input"] == "nan"              # a non-finite echo is never sent as a number
@@ -111,16 +119,17 @@ def test_every_error_status_with_its_code(start_daemon):
     assert status == 422 and "unknown keys: ['maybe']" in reply["detail"][0]["msg"]
     # the daemon's own rules: 422 with a string detail and our code
     status, headers, reply = post({**BODY, "model": "other"})
-    assert (status, headers["x-jevany-error-code"]) == (422, "unknown_model")
-    assert reply["detail"].startswith("unknown model 'other'")
+    assert (status, headers["x-jevany-daemon-error"]) == (422, "unknown_model")
+    assert reply["detail"].startswith("unknown model 'other'") and "x-jevany-error-code" not in headers
     status, headers, reply = post({"state": "word " * 6000, "questions": {"q": {"type": "noul"}}})
-    assert (status, headers["x-jevany-error-code"]) == (422, "context_length_exceeded")
+    assert (status, headers["x-jevany-daemon-error"]) == (422, "context_length_exceeded")
+    assert headers["x-jevany-error-code"] == "context_length_exceeded"          # JevAny's, on this code alone
     status, headers, reply = post({"state": 2 ** 70, "questions": {"q": {"type": "noul"}}})
-    assert (status, headers["x-jevany-error-code"]) == (422, "invalid_request")    # msgpack has no such int
+    assert (status, headers["x-jevany-daemon-error"]) == (422, "invalid_request")    # msgpack has no such int
     status, headers, reply = post(BODY, headers={"X-JevAny-Timeout-Ms": "soon"})
-    assert (status, headers["x-jevany-error-code"]) == (422, "invalid_request") and "milliseconds" in reply["detail"]
+    assert (status, headers["x-jevany-daemon-error"]) == (422, "invalid_request") and "milliseconds" in reply["detail"]
     status, headers, reply = post({"state": "x" * 70000, "questions": {"q": {"type": "noul"}}})
-    assert (status, headers["x-jevany-error-code"]) == (413, "invalid_request")
+    assert (status, headers["x-jevany-daemon-error"]) == (413, "invalid_request")
     assert "--max-message-bytes" in reply["detail"]
 
     # A stopped worker holds one request; the queue then fills: 504, 429, and a killed worker's 503
@@ -131,15 +140,16 @@ def test_every_error_status_with_its_code(start_daemon):
         pending[0].conn.request("POST", "/v1/systemone", body=_json(BODY), headers=_JSON)
         wait_for(lambda: daemon.workers()[0]["inflight"] == 1, 30, "the request handed to the stopped worker")
         status, headers, reply = post(BODY, headers={"X-JevAny-Timeout-Ms": "100"})
-        assert (status, headers["x-jevany-error-code"]) == (504, "deadline_exceeded")
+        assert (status, headers["x-jevany-daemon-error"]) == (504, "deadline_exceeded")
         for conn in pending[1:]:
             conn.conn.request("POST", "/v1/systemone", body=_json(BODY), headers=_JSON)
         wait_for(lambda: daemon.status()["queue"]["depth"] == 2, 30, "two requests queued")
         status, headers, reply = post(BODY)
-        assert (status, headers["x-jevany-error-code"], headers["retry-after"]) == (429, "overloaded", "1")
+        assert (status, headers["x-jevany-daemon-error"], headers["retry-after"]) == (429, "overloaded", "1")
+        assert "x-jevany-error-code" not in headers
         os.kill(worker, signal.SIGKILL)
         status = pending[0].conn.getresponse()
-        assert (status.status, status.getheader("X-JevAny-Error-Code"), status.getheader("Retry-After")) == \
+        assert (status.status, status.getheader("X-Jevany-Daemon-Error"), status.getheader("Retry-After")) == \
             (503, "worker_lost", "1")
         status.read()
         for conn in pending[1:]:       # the queued ones are scored by the replacement
@@ -158,7 +168,7 @@ def test_every_error_status_with_its_code(start_daemon):
     with JevClient(daemon.control) as control:
         control.call("drain", {})
     status, headers, _ = post(BODY)
-    assert (status, headers["x-jevany-error-code"]) == (503, "shutting_down")
+    assert (status, headers["x-jevany-daemon-error"]) == (503, "shutting_down")
     assert http.request("GET", "/health")[::2] == (503, {"status": "draining"})
     http.close()
     assert daemon.stop() == 0

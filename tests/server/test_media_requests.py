@@ -48,7 +48,7 @@ def test_checked_media_reaches_the_model_and_refusals_keep_their_messages(start_
         assert decide_error(client, with_media(("image", "../x.png"))).code == "invalid_request"
         # a good file passes the policy and meets the model: this one reads text only
         err = decide_error(client, with_media(("image", "a.png")))
-        assert (err.code, err.message) == ("unsupported_media", "checkpoint does not support media")
+        assert (err.code, err.message) == ("unsupported_media", "choice readout does not support media requests")
         assert client.call("decide", TEXT)["answers"]["u"]["type"] == "noul"
         models = client.models()["models"][0]
         assert models["limits"]["media_enabled"] is False and models["limits"]["media_max_pixels"] == 4096 * 4096

@@ -123,7 +123,8 @@ def test_the_readouts_option_cap_holds_through_the_daemon(daemon):
         assert len(answer["probabilities"]) == cap and abs(sum(answer["probabilities"].values()) - 1) <= 1e-6
         with pytest.raises(InvalidRequestError) as err:
             client.call("decide", choice_with(cap + 1))
-    assert err.value.message == f"questions.q: the choice readout supports at most {cap} options, got {cap + 1}"
+    words = f"exact choice-token readout supports at most {cap} options"     # JevAny's
+    assert err.value.message == f"questions.q: {words} (got {cap + 1})"
 
 
 def test_log_requests_writes_one_line_per_request_queued_or_refused(daemon):

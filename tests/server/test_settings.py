@@ -172,8 +172,28 @@ def test_cuda_is_cuda_0_so_a_list_cannot_name_it_twice():
 
 
 def test_cpu_never_counts_gpus():
-    assert resolve({}, None, env={}, cuda_count=no_probe).devices == ("cpu",)
-    assert resolve({"workers": 2}, None, env={}, cuda_count=no_probe).worker_devices() == ["cpu", "cpu"]
+    assert resolve({"device": "cpu"}, None, env={}, cuda_count=no_probe).devices == ("cpu",)
+    assert resolve({"workers": 2}, None, env={"JEVANY_DEVICE": "cpu"}, cuda_count=no_probe).worker_devices() == \
+        ["cpu", "cpu"]
+
+
+def test_device_auto_is_the_default_and_picks_the_first_gpu_where_one_is_visible():
+    on_cpu = resolve({}, None, env={}, cuda_count=gpus(0))
+    assert (on_cpu.device, on_cpu.device_auto) == ("cpu", "no CUDA device is visible")
+    on_gpus = resolve({}, None, env={"JEVANY_DEVICE": "auto"}, cuda_count=gpus(2))
+    assert on_gpus.devices == ("cuda:0",) and "of 2, give --device cuda:0,...,cuda:1" in on_gpus.device_auto
+    assert resolve({"device_map": "auto"}, None, env={}, cuda_count=gpus(2)).devices == ("cuda",)    # all of them
+    assert resolve({"device": "cpu"}, None, env={}, cuda_count=no_probe).device_auto is None     # named: no note
+    with pytest.raises(SettingsError, match=r"device_map spreads one model over GPUs, and device auto found none"):
+        resolve({"device_map": "auto"}, None, env={}, cuda_count=gpus(0))
+
+
+def test_settings_built_directly_pick_the_auto_device_too(monkeypatch):
+    from jevany_daemon.server import devices
+    from jevany_daemon.server.settings import ServeSettings
+
+    monkeypatch.setattr(devices, "visible_cuda_count", gpus(1))
+    assert ServeSettings().devices == ("cuda:0",) and ServeSettings().worker_devices() == ["cuda:0"]
 
 
 @pytest.mark.parametrize("device,count,message", [
@@ -224,7 +244,7 @@ def test_a_device_map_is_one_worker_over_every_listed_gpu():
 @pytest.mark.parametrize("flags,env,message", [
     ({"device": "cuda", "device_map": "everywhere"}, {},
      "device_map must be one of auto, balanced, balanced_low_0, sequential, got 'everywhere'"),
-    ({"device_map": "auto"}, {}, "device_map spreads one model over GPUs, and device 'cpu' names the CPU"),
+    ({"device_map": "auto", "device": "cpu"}, {}, "device_map spreads one model over GPUs, and device 'cpu' names the CPU"),
     ({"device": "cuda:0,cpu", "device_map": "auto"}, {}, "names the CPU"),
     ({"device": "cuda:0,cuda:1", "device_map": "auto", "workers": 2}, {},
      "workers must be 1 with device_map: the one worker spans every GPU in device 'cuda:0,cuda:1'"),
@@ -274,7 +294,7 @@ def test_serve_on_cuda_without_cuda_exits_2_naming_the_setting(tmp_path):
 
 
 def test_serve_refuses_a_device_map_on_the_cpu_with_exit_2(tmp_path):
-    proc = serve("--model", str(tmp_path), "--device-map", "auto", "--max-memory-gib", "8")
+    proc = serve("--model", str(tmp_path), "--device", "cpu", "--device-map", "auto", "--max-memory-gib", "8")
     assert proc.returncode == 2, proc.stderr
     assert "error: --device-map: device_map spreads one model over GPUs" in proc.stderr
 
@@ -326,7 +346,8 @@ def test_jevany_serve_options_are_checked_before_loading(flags, env, message):
 def test_jevany_serve_options_take_jevany_names_and_defaults(tmp_path):
     token = tmp_path / "token"
     token.write_text("secret\n")
-    s = resolve({"http": "0.0.0.0:8008", "http_token_file": str(token)}, None,
+    (tmp_path / "head.pt").touch()           # a JevAny run directory: its native head takes the temperature
+    s = resolve({"http": "0.0.0.0:8008", "http_token_file": str(token), "model": str(tmp_path)}, None,
                 env={"JEVANY_DATE_FACTS": "1", "JEVANY_MEDIA_ROOT": str(tmp_path), "JEVANY_TEMPERATURE": "2"})
     assert (s.http, s.engine.date_facts, s.media_root, s.temperature) == ("0.0.0.0:8008", True, str(tmp_path), 2.0)
     assert (s.media_max_bytes, s.media_total_bytes, s.media_max_pixels, s.media_max_video_frames) == \

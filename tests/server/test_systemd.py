@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from jevany_daemon.server.sdnotify import Notifier
-from jevany_daemon.server.settings import ENGINE_FIELDS, SERVE_FIELDS
+from jevany_daemon.server.settings import ENGINE_FIELDS, LOAD_FIELDS, SERVE_FIELDS
 
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = ROOT / "systemd" / "jevany-daemon.service"
@@ -58,7 +58,7 @@ def test_the_readme_install_steps_match_the_unit():
 
 def test_the_environment_file_documents_every_setting():
     text = ENV_FILE.read_text()
-    for name in SERVE_FIELDS + ENGINE_FIELDS:
+    for name in SERVE_FIELDS + ENGINE_FIELDS + LOAD_FIELDS:
         assert f"JEVANY_{name.upper()}" in text, name
     for name in ("JEVANY_LOG_LEVEL", "JEVANY_CACHE_DIR", "JEVANY_ENDPOINT", "JEVANY_CONTROL_ENDPOINT"):
         assert name in text

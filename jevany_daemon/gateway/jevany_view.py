@@ -1,0 +1,53 @@
+"""What a JevAny client reads over HTTP: the /v1/models entry and the answer body, in JevAny's shapes.
+
+The models op already describes the model with JevAny's fields, under its
+names, wherever they do not clash with ours. Two names clash, and on HTTP
+JevAny's meaning wins: `readout` is native (a checkpoint's own head) or choice,
+and `prefix_cache.size` is the configured capacity (ours counts the states
+held, which JevAny calls cached_states). Our other fields stay: JevAny's
+clients read what they know and pass over the rest.
+
+An answer body is JevAny's exactly: model, answers (JevAny's keys, in its
+order), usage, latency_ms. JevAny's own tests compare answers for equality, so
+our additions (noul's probabilities, the pass's batch) leave the body: the
+batch goes in headers, and a caller who wants the protocol's result whole asks
+with `X-Jevany-Daemon-Additions: 1`.
+"""
+from jevany_client.answers import jevany_answers
+
+ADDITIONS_HEADER = "X-Jevany-Daemon-Additions"
+BATCH_SIZE_HEADER = "X-Jevany-Daemon-Batch-Size"
+PADDED_TOKENS_HEADER = "X-Jevany-Daemon-Padded-Tokens"
+JEVANY_BODY = ("model", "answers", "usage", "latency_ms")
+
+
+def model_entry(description: dict) -> dict:
+    """A models-op description as JevAny's /v1/models entry."""
+    entry = dict(description)
+    entry["readout"] = "choice" if description.get("readout") == "choice" else "native"
+    ours = description.get("prefix_cache") or {}
+    entry["prefix_cache"] = {**ours, "size": ours.get("max_entries", 0), "cached_states": ours.get("size", 0),
+                             "min_state_tokens": ours.get("min_tokens", 0)}
+    return entry
+
+
+def models_body(models: dict) -> dict:
+    return {**models, "models": [model_entry(d) for d in models.get("models", [])]}
+
+
+def answer_body(result: dict, additions: bool) -> dict:
+    """A decide result as JevAny's response body; the protocol's result as it is when additions are asked for."""
+    if additions:
+        return result
+    body = {key: result[key] for key in JEVANY_BODY}
+    body["answers"] = jevany_answers(result["answers"])
+    return body
+
+
+def answer_headers(result: dict) -> dict:
+    batch = result.get("batch") or {}
+    return {BATCH_SIZE_HEADER: str(batch.get("size", "")), PADDED_TOKENS_HEADER: str(batch.get("padded_tokens", ""))}
+
+
+def wants_additions(value: str | None) -> bool:
+    return (value or "").strip().lower() in ("1", "true", "yes")

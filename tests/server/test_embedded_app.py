@@ -1,0 +1,76 @@
+"""JevAny's create_app(model=...) for JevModel: one model in this process, served to HTTP and Python callers at once."""
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from jevany_daemon import workloads
+from jevany_daemon.asgi import JevModel, create_app
+from jevany_daemon.config import EngineConfig
+from jevany_daemon.engine.engine import Engine
+
+from .asgi_thread import serving
+from .http_proc import Http
+from .jevany_replay import ANSWER_KEYS
+
+BODIES = workloads.short(8, seed=23)
+
+
+def close(a: dict, b: dict) -> bool:
+    """Same JevAny answers, probabilities within the batched-equals-serial bound."""
+    for qid, x in a["answers"].items():
+        y = b["answers"][qid]
+        if list(x) != ANSWER_KEYS[x["type"]] or list(y) != list(x) or x.get("choice") != y.get("choice"):
+            return False
+        if any(abs(p - y["probabilities"][k]) > 1e-5 for k, p in x.get("probabilities", {}).items()):
+            return False
+    return True
+
+
+def test_http_and_python_callers_share_one_embedded_model(loaded_model):
+    model = JevModel(Engine(loaded_model("qwen3", "pointer"), EngineConfig(max_batch_size=8)))
+    alone = [model(body) for body in BODIES]             # JevAny's model(request), one at a time
+    with serving(create_app(model=model)) as port:
+        def over_http(body):
+            http = Http(port)
+            try:
+                return http.request("POST", "/v1/systemone", body)
+            finally:
+                http.close()
+
+        with ThreadPoolExecutor(8) as pool:
+            web = list(pool.map(over_http, BODIES))
+            local = list(pool.map(model, BODIES))
+        assert all(status == 200 for status, _, _ in web)
+        assert all(close(a, b) for a, (_, _, b) in zip(alone, web)) and all(map(close, alone, local))
+        assert all(list(reply) == ["model", "answers", "usage", "latency_ms"] for _, _, reply in web)
+        http = Http(port)
+        status, headers, reply = http.request("POST", "/v1/systemone", BODIES[0], headers={"X-JevAny-Timeout-Ms": "5"})
+        assert (status, headers["x-jevany-daemon-error"]) == (422, "invalid_request") and "embedded" in reply["detail"]
+        status, _, reply = http.request("POST", "/v1/systemone", {**BODIES[0], "media": [{"type": "image", "uri": "a"}]})
+        assert status == 422 and reply["detail"].startswith("media is disabled: an embedded app serves text only")
+        entry = http.request("GET", "/v1/models")[2]["models"][0]
+        assert entry == model.models()[0] | {"prefix_cache": entry["prefix_cache"]}     # its counts moved meanwhile
+        assert (entry["readout"], entry["prefix_cache"]["size"], entry["limits"]["media_enabled"]) == ("native", 4, False)
+        http.close()
+    assert close(alone[0], model(BODIES[0]))              # the model outlives its app, as in JevAny
+
+
+def test_create_app_with_a_checkpoint_loads_it_while_starting(tiny_model):
+    run = str(tiny_model("qwen3", "pointer"))
+    with pytest.raises(ValueError, match="either a loaded model or checkpoint loading options"):
+        create_app(run, model=object())
+    with serving(create_app(run, model_name="factory", device="cpu")) as port:
+        http = Http(port)
+        status, _, reply = http.request("POST", "/v1/systemone", BODIES[0])
+        assert (status, reply["model"]) == (200, "factory")
+        http.close()
+
+
+def test_from_pretrained_takes_jevany_arguments(tiny_model):
+    plain = str(tiny_model("qwen3", "choice"))
+    with pytest.raises(ValueError, match="readout native reads a JevAny checkpoint's own head"):
+        JevModel.from_pretrained(plain, device="cpu")             # JevAny's default readout
+    model = JevModel.from_pretrained(plain, device="cpu", readout="letter", letter_temperature=0.5)
+    assert (model.describe()["readout"], model.describe()["choice_readout"]["temperature"]) == ("choice", 0.5)
+    answer = model.system_one("a parcel is late", {"u": {"type": "noul"}})
+    assert list(answer["answers"]["u"]) == ["type", "noul"]
