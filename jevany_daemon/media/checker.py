@@ -8,7 +8,8 @@ past its deadline, and starts another.
 
     supervisor → checker:  [tag, [[type, uri]...]]
     checker → supervisor:  [HELLO] once connected, then [tag, ok, [[type, path, stamp]...] or message]
-                           (stamp: size, mtime, inode, so the worker can tell the file did not change)
+                           (stamp: the size and SHA-256 of the bytes checked, which the worker must read
+                           again before it decodes them)
 """
 import argparse
 import json
@@ -21,7 +22,7 @@ import zmq
 
 from jevany_client.errors import InvalidRequestError
 
-from .policy import MediaPolicy, stamp
+from .policy import MediaPolicy
 
 HELLO = "hello"
 PARENT_CHECK_MS = 1000
@@ -76,7 +77,7 @@ def reply(sock, message: list, parent: int) -> bool:
 
 def check(policy: MediaPolicy, items) -> tuple[bool, object]:
     try:
-        return True, [[kind, str(path), stamp(path)] for kind, path in policy.resolve(items)]
+        return True, [[kind, str(path), checked] for kind, path, checked in policy.check(items)]
     except InvalidRequestError as exc:
         return False, exc.message
     except Exception:   # noqa: BLE001 - whatever a file did, the request gets a typed refusal

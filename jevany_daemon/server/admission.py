@@ -15,7 +15,7 @@ class Entry:
     received: float            # monotonic seconds
     deadline: float | None     # monotonic seconds after which it must not be scored
     transport: str = "zmq"     # zmq, or http through the gateway: counted apart
-    media: list | None = None  # its media files as the checker resolved them: [[type, path, stamp]...]
+    media: list | None = None  # its media files as the checker resolved them: [[type, path, [size, sha256]]...]
 
 
 class RequestQueue:

@@ -17,7 +17,7 @@ heartbeat socket   →  [HEARTBEAT]                         alive; sent every in
 supervisor → worker:  [BATCH, [[tag, payload, transport, media]...]]
                                                           everything it takes at once (request messages as
                                                           received; transport: zmq or http; media: the
-                                                          checked files [[type, path, stamp]...], or null)
+                                                          checked files [[type, path, [size, sha256]]...], or null)
                       [STOP]                              finish and exit
                       [CLEAR]                             empty the prefix cache (after any batch in hand)
 """

@@ -24,7 +24,7 @@ from jevany_client.protocol import decode_request
 
 from jevany_daemon.config import EngineConfig
 from jevany_daemon.engine.faults import DeviceLost
-from jevany_daemon.media.policy import unchanged
+from jevany_daemon.media.files import PrivateCopies, read_verified
 
 from . import channel
 from .logs import configure_logging, event
@@ -101,15 +101,14 @@ def score(engine, items: list, early=None) -> list:
     value holds everything not reported that way.
     """
     outcomes, admitted, tags = {}, [], []
+    copies = PrivateCopies()      # checked media, decoded from here rather than from their paths
     for tag, payload, *extra in items:
         origin, media = (extra + [None, None])[:2]
         try:
             body = decode_request(payload).body
-            if media:     # the files as the supervisor's media checker resolved and checked them
-                for _kind, path, *checked in media:
-                    if checked:
-                        unchanged(path, checked[0])    # swapped since the check: its caps no longer hold
-                body = {**body, "media": [{"type": item[0], "uri": item[1]} for item in media]}
+            if media:     # the files as the media checker checked them: those bytes, or a refusal
+                body = {**body, "media": [{"type": kind, "uri": copies.add(read_verified(path, checked))}
+                                          for kind, path, checked in media]}
             admitted.append(engine.admit(body, origin))
             tags.append(tag)
         except JevanyError as exc:
@@ -122,8 +121,11 @@ def score(engine, items: list, early=None) -> list:
         reported.update(tags[i] for i, _ in done)
         early([_wire(tags[i], o) for i, o in done])
 
-    for tag, outcome in zip(tags, engine.score(admitted, early=pass_done if early else None)):
-        outcomes[tag] = outcome
+    try:
+        for tag, outcome in zip(tags, engine.score(admitted, early=pass_done if early else None)):
+            outcomes[tag] = outcome
+    finally:
+        copies.close()
     return [_wire(item[0], outcomes[item[0]]) for item in items if item[0] not in reported]
 
 
