@@ -1,7 +1,16 @@
-"""One line per event, key=value fields, to stderr (journald keeps it as-is)."""
+"""One line per event, key=value fields, to stderr (journald keeps it as-is).
+
+Values a client chose (request ids, paths, messages) are escaped: a control
+character, an escape sequence or a bidirectional override in one would
+otherwise reach a terminal or a log viewer as it is, to recolour, rewrite or
+reorder what an operator reads. Events a client can cause at will are
+rate-limited: the first at once, then one line per period with a count.
+"""
 import logging
 import os
 import sys
+
+_QUOTE_WHEN = frozenset("\"'=\\")
 
 
 def configure_logging(level: str | None = None) -> None:
@@ -12,7 +21,11 @@ def configure_logging(level: str | None = None) -> None:
 
 def _value(v) -> str:
     text = str(v)
-    return repr(text) if (not text or any(c.isspace() or c in "\"'=" for c in text)) else text
+    # repr() escapes every character that is not printable (controls, ESC, the bidirectional
+    # overrides, line and paragraph separators) and quotes the rest, so a value stays one field.
+    if not text or not text.isprintable() or any(c.isspace() or c in _QUOTE_WHEN for c in text):
+        return repr(text)
+    return text
 
 
 def event(log: logging.Logger, name: str, level: int = logging.INFO, **fields) -> None:
