@@ -1,4 +1,4 @@
-"""Prometheus metrics, served on 127.0.0.1 when --metrics-port is given.
+"""Prometheus metrics, served on --metrics-host (127.0.0.1) when --metrics-port is given.
 
 The supervisor updates them from its loop; prometheus_client's own HTTP thread
 only reads them. Batch facts (size, padded tokens, forward-pass time) come
@@ -50,9 +50,9 @@ class Metrics:
             self.reloads.labels(result)
         self._server = None
 
-    def serve(self, port: int) -> int:
-        """Start the HTTP endpoint on loopback; returns the port (useful when 0 asked for any)."""
-        self._server, _thread = start_http_server(port, addr="127.0.0.1", registry=self.registry)
+    def serve(self, port: int, host: str = "127.0.0.1") -> int:
+        """Start the HTTP endpoint; returns the port (useful when 0 asked for any)."""
+        self._server, _thread = start_http_server(port, addr=host, registry=self.registry)
         return self._server.server_port
 
     def close(self) -> None:

@@ -1,11 +1,11 @@
 """The client-facing ROUTER sockets: bind safely, secure TCP with CURVE, open ipc files to a group."""
-import os
 import socket
 from pathlib import Path
 
 import zmq
 
 from jevany_client.endpoints import ipc_path
+from jevany_client.ipc_trust import ipc_problem
 
 from . import curve
 
@@ -44,12 +44,16 @@ def bind_router(ctx, endpoint: str, max_message_bytes: int, curve_keys: tuple | 
 
 
 def prepare_ipc_path(path: Path, endpoint: str, flag: str = "--bind") -> None:
-    # libzmq silently replaces an existing socket file, which would steal a
-    # running daemon's clients; refuse when something still answers there.
-    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    if path.parent.stat().st_uid != os.getuid():
-        # /tmp/jevany-UID is a predictable name; someone else may have made it first.
-        raise StartupError(f"{path.parent} belongs to another user; refusing to put a socket there")
+    """Make the socket's directory (0700) if need be, refuse one another user could swap, and refuse
+    to replace a socket something still answers on (libzmq would silently steal a running daemon's
+    clients)."""
+    problem = ipc_problem(path)
+    if problem is None:
+        problem = _make_directories(path.parent)
+    if problem is None:
+        problem = ipc_problem(path)      # what was just made, and what may have raced in
+    if problem is not None:
+        raise StartupError(f"refusing to serve on {endpoint} ({flag}): {problem}")
     if path.exists():
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -59,3 +63,18 @@ def prepare_ipc_path(path: Path, endpoint: str, flag: str = "--bind") -> None:
             path.unlink(missing_ok=True)   # stale file from a daemon that died
         finally:
             probe.close()
+
+
+def _make_directories(directory: Path) -> str | None:
+    missing = []
+    while not directory.exists():
+        missing.append(directory)
+        directory = directory.parent
+    for made in reversed(missing):
+        try:
+            made.mkdir(mode=0o700)
+        except FileExistsError:
+            pass            # raced in: checked again by the caller
+        except OSError as exc:
+            return f"cannot create {made} ({exc.strerror})"
+    return None

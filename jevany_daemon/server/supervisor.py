@@ -165,7 +165,10 @@ class Supervisor:
         if hasattr(self, "ctx"):
             self.ctx.term()
         for path in self._bound_ipc:
-            path.unlink(missing_ok=True)
+            try:
+                path.unlink(missing_ok=True)
+            except OSError:
+                pass     # a directory no longer ours to write: nothing of ours to clean there
         if getattr(self, "_rundir", None):
             shutil.rmtree(self._rundir, ignore_errors=True)
         if self.signals is not None:
@@ -198,11 +201,13 @@ class Supervisor:
     def _start_metrics(self) -> None:
         if self.settings.metrics_port is None:
             return
+        host = self.settings.metrics_host
+        shown = f"[{host}]" if ":" in host else host
         try:
-            port = self.metrics.serve(self.settings.metrics_port)
+            port = self.metrics.serve(self.settings.metrics_port, host)
         except OSError as exc:
-            raise StartupError(f"cannot serve metrics on 127.0.0.1:{self.settings.metrics_port}: {exc}") from None
-        self.metrics_url = f"http://127.0.0.1:{port}/metrics"
+            raise StartupError(f"cannot serve metrics on {shown}:{self.settings.metrics_port}: {exc}") from None
+        self.metrics_url = f"http://{shown}:{port}/metrics"
 
     def _start_gateway(self) -> None:
         if self.settings.http is None:
