@@ -53,6 +53,7 @@ class Admitted:
     encoded: Encoded
     origin: str | None = None     # where the caller came from (the daemon: zmq or http); opaque here
     native: Encoded | None = None  # its native-readout encoding, when the choice readout blends one in
+    tenant: str | None = None     # whose prefix-cache entries it may share (the daemon's salt); opaque here
 
 
 @dataclass(frozen=True)
@@ -157,8 +158,11 @@ class Engine:
 
     # --- admit -----------------------------------------------------------
 
-    def admit(self, body: Any, origin: str | None = None) -> Admitted:
-        """Validate and encode; raises the typed error the caller should get."""
+    def admit(self, body: Any, origin: str | None = None, tenant: str | None = None) -> Admitted:
+        """Validate and encode; raises the typed error the caller should get.
+
+        tenant: an opaque salt; requests of different tenants never share prefix-cache entries.
+        """
         request = body if isinstance(body, DecisionRequest) else parse_decision(body)
         self._check_model(request)
         if request.media:
@@ -182,7 +186,7 @@ class Engine:
             cost = shape.rows * shape.width + shape.prefix
             if cost > self.config.max_packed_tokens:
                 raise ContextLengthError(f"request exceeds {self.config.max_packed_tokens} packed tokens: {cost}")
-        return Admitted(request, encoded, origin, native=native)
+        return Admitted(request, encoded, origin, native=native, tenant=tenant)
 
     def _with_date_facts(self, state: Any) -> Any:
         # Facts grow with the square of the dates: stop building them once the state

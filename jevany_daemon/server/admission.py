@@ -17,6 +17,11 @@ class Entry:
     transport: str = "zmq"     # zmq, or http through the gateway: counted apart
     media: list | None = None  # its media files as the checker resolved them: [[type, path, [size, sha256]]...]
 
+    @property
+    def tenant(self) -> str | None:
+        """Its prefix-cache namespace (tenants.py), from the connection it came on."""
+        return getattr(getattr(self.envelope, "peer", None), "tenant", None)
+
 
 class RequestQueue:
     def __init__(self, max_depth: int):
@@ -26,6 +31,9 @@ class RequestQueue:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def __iter__(self):
+        return iter(self._entries)
 
     @property
     def full(self) -> bool:

@@ -14,10 +14,11 @@ worker → supervisor:  [HELLO, {"pid", "model", "load_s"}]  loaded, ready for w
                                                           its statistics now
 heartbeat socket   →  [HEARTBEAT]                         alive; sent every interval by a thread, from the
                                                           worker's identity + "/hb", while it scores too
-supervisor → worker:  [BATCH, [[tag, payload, transport, media]...]]
+supervisor → worker:  [BATCH, [[tag, payload, transport, media, tenant]...]]
                                                           everything it takes at once (request messages as
                                                           received; transport: zmq or http; media: the
-                                                          checked files [[type, path, [size, sha256]]...], or null)
+                                                          checked files [[type, path, [size, sha256]]...], or null;
+                                                          tenant: the prefix-cache salt, or null)
                       [STOP]                              finish and exit
                       [CLEAR]                             empty the prefix cache (after any batch in hand)
 """

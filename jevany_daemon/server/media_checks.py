@@ -58,6 +58,9 @@ class MediaChecks:
         """Requests waiting for, or in, a check."""
         return len(self.waiting) + (self.current is not None)
 
+    def entries(self) -> list:
+        return [e for e, _ in self.waiting] + ([self.current[0]] if self.current is not None else [])
+
     def _spawn(self) -> None:
         name = f"media.{next(self._serials)}"
         argv = [sys.executable, "-m", "jevany_daemon.media.checker", "--endpoint", self.endpoint,
@@ -97,7 +100,7 @@ class MediaChecks:
     def receive(self, ready: dict) -> list:
         """Finished checks: [(entry, ok, resolved [[type, path]...] or message)]."""
         done = []
-        if self.sock not in ready:
+        if ready is not None and self.sock not in ready:
             return done
         while True:
             try:

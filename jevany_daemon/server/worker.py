@@ -103,13 +103,13 @@ def score(engine, items: list, early=None) -> list:
     outcomes, admitted, tags = {}, [], []
     copies = PrivateCopies()      # checked media, decoded from here rather than from their paths
     for tag, payload, *extra in items:
-        origin, media = (extra + [None, None])[:2]
+        origin, media, tenant = (extra + [None, None, None])[:3]
         try:
             body = decode_request(payload).body
             if media:     # the files as the media checker checked them: those bytes, or a refusal
                 body = {**body, "media": [{"type": kind, "uri": copies.add(read_verified(path, checked))}
                                           for kind, path, checked in media]}
-            admitted.append(engine.admit(body, origin))
+            admitted.append(engine.admit(body, origin, tenant=tenant))
             tags.append(tag)
         except JevanyError as exc:
             outcomes[tag] = exc

@@ -57,7 +57,7 @@ class WorkerHandle:
     def hand_over(self, backend, entries: list[Entry], now: float) -> None:
         self.inflight = {e.tag: e for e in entries}
         self.state, self.busy_since = BUSY, now
-        items = [[e.tag, e.payload, e.transport, e.media] for e in entries]
+        items = [[e.tag, e.payload, e.transport, e.media, e.tenant] for e in entries]
         backend.send_multipart([self.identity, channel.encode(channel.BATCH, items)])
 
     def exited(self) -> bool:

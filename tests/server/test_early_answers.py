@@ -35,3 +35,21 @@ def test_without_a_listener_everything_comes_back_at_the_end(loaded_model):
                     EngineConfig(max_batch_size=8, max_padding_waste=0.0, batch_policy="greedy"))
     items = [[i, encode_request(i, "decide", b)] for i, b in enumerate(workloads.long_uneven(6, seed=5))]
     assert sorted(tag for tag, ok, _ in score(engine, items) if ok) == list(range(6))
+
+
+def test_each_requests_tenant_reaches_the_engine(loaded_model):
+    # The supervisor's tenant salt (a CurveZMQ key's, an ipc uid's, the HTTP token's) rides as the
+    # hand-over item's last field; the engine keys its prefix cache by what admit() is given.
+    engine = Engine(loaded_model("qwen3", "pointer"), EngineConfig(max_batch_size=8))
+    admitted, real_admit = [], engine.admit
+
+    def admit(body, origin=None, tenant=None):
+        admitted.append(real_admit(body, origin, tenant=tenant))
+        return admitted[-1]
+
+    engine.admit = admit
+    [body] = workloads.short(1, seed=3)
+    payload = encode_request("r", "decide", body)
+    outcomes = score(engine, [[0, payload, "zmq", None, "a" * 32], [1, payload, "http", None, None], [2, payload]])
+    assert [ok for _, ok, _ in outcomes] == [True, True, True]
+    assert [a.tenant for a in admitted] == ["a" * 32, None, None]
