@@ -9,5 +9,7 @@ the supervisor never imports an HTTP stack.
     upstream.py  one DEALER to the supervisor, many requests in flight over it
     replies.py   protocol error codes → HTTP status, headers and detail
     app.py       the routes
+    guard.py     before the routes: the token from the headers, then the body's size and counts
+    connections.py  how many connections, for how long, with headers how big
     process.py   the process: uvicorn on the socket the supervisor bound
 """

@@ -12,7 +12,6 @@ past its deadline, and starts another.
                            again before it decodes them)
 """
 import argparse
-import json
 import os
 import signal
 import sys
@@ -21,6 +20,8 @@ import msgpack
 import zmq
 
 from jevany_client.errors import InvalidRequestError
+
+from jevany_daemon.server.handoff import read_settings
 
 from .policy import MediaPolicy
 
@@ -32,13 +33,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="jevany-daemon media checker (started by the supervisor)")
     parser.add_argument("--endpoint", required=True)
     parser.add_argument("--identity", required=True)
-    parser.add_argument("--settings", required=True, help="ServeSettings as JSON")
+    parser.add_argument("--settings", default=None, help="ServeSettings as JSON")
+    parser.add_argument("--settings-fd", type=int, default=None, help="a descriptor to read them from instead")
     parser.add_argument("--parent", type=int, default=None,
                         help="the supervisor's pid (given, since it may die before this process asks)")
     args = parser.parse_args(argv)
     # The supervisor stops this process; a Ctrl-C sent to the whole process group must not.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    policy = MediaPolicy.from_settings(json.loads(args.settings))
+    policy = MediaPolicy.from_settings(read_settings(args.settings, args.settings_fd))
     parent = os.getppid() if args.parent is None else args.parent
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)

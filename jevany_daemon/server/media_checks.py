@@ -10,7 +10,6 @@ again (after a growing pause if it keeps dying before saying hello); the
 requests behind it go on to the new one. Nothing here
 waits: sends never block, and a killed checker is reaped on later turns.
 """
-import json
 import logging
 import os
 import signal
@@ -22,6 +21,7 @@ from itertools import count
 import msgpack
 import zmq
 
+from .handoff import settings_fd
 from .logs import event
 
 log = logging.getLogger("jevany.supervisor")
@@ -63,10 +63,13 @@ class MediaChecks:
 
     def _spawn(self) -> None:
         name = f"media.{next(self._serials)}"
+        settings = settings_fd(self.settings.to_dict())     # not on its command line, which anyone may read
         argv = [sys.executable, "-m", "jevany_daemon.media.checker", "--endpoint", self.endpoint,
-                "--identity", name, "--settings", json.dumps(self.settings.to_dict()),
-                "--parent", str(os.getpid())]
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+                "--identity", name, "--settings-fd", str(settings), "--parent", str(os.getpid())]
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, pass_fds=(settings,))
+        finally:
+            os.close(settings)
         self.expected, self.identity = name.encode(), None
         self.hello_by, self.next_start = self.clock() + HELLO_WITHIN_S, None
 

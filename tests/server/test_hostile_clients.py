@@ -150,6 +150,118 @@ def test_eight_megabytes_of_empty_maps_are_refused_at_once_and_the_worker_is_nev
     assert _rss_kb(worker["pid"]) - before_rss < 200 * 1024
 
 
+def test_a_bomb_over_http_is_refused_before_the_gateway_parses_it(daemon):
+    bomb = b'{"state": [' + b"{}," * 2_000_000 + b'{}], "questions": {"u": {"type": "noul"}}}'
+    started = time.monotonic()
+    reply = _post(daemon.port, bomb)
+    assert _status_line(reply) == 422 and b"x-jevany-error-code: invalid_request" in reply.lower()
+    assert b"more than 1,048,576 values" in reply
+    assert time.monotonic() - started < 3.0
+
+
+# --- item 5: the gateway reads no body before the token, and no more than the limit --------------------
+
+
+def test_the_token_is_checked_and_the_size_refused_before_the_body_is_read(daemon):
+    head = b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    for auth, size, status in ((b"", 315 << 20, 401), (b"Authorization: Bearer " + TOKEN.encode() + b"\r\n",
+                                                        105 << 20, 413)):
+        with socket.create_connection(("127.0.0.1", daemon.port), timeout=10) as conn:
+            conn.sendall(head + auth + b"Content-Length: %d\r\n\r\n" % size + b" " * 65536)
+            started = time.monotonic()
+            reply = _read_reply(conn)     # answered though almost all of the body is still unsent
+            assert _status_line(reply) == status and time.monotonic() - started < 5.0
+            assert b"connection: close" in reply.lower()
+    # A body streamed without a length is cut off once it passes the limit.
+    with socket.create_connection(("127.0.0.1", daemon.port), timeout=10) as conn:
+        conn.sendall(head + b"Authorization: Bearer " + TOKEN.encode() + b"\r\nTransfer-Encoding: chunked\r\n\r\n")
+        chunk = b"%x\r\n%s\r\n" % (1 << 20, b" " * (1 << 20))
+        try:
+            for _ in range(9):
+                conn.sendall(chunk)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        assert _status_line(_read_reply(conn)) == 413
+
+
+# --- items 12, 13, 16: connections, headers, the redirect, /docs, the command line ------------------------
+
+
+def test_idle_and_slow_connections_cannot_crowd_the_gateway_out(daemon):
+    held = []
+    try:
+        for i in range(1100):            # past the gateway's share of its 1,024 descriptors
+            conn = socket.create_connection(("127.0.0.1", daemon.port), timeout=10)
+            if i % 2:
+                conn.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\n")     # headers never finished
+            held.append(conn)
+        started = time.monotonic()
+        reply = _post(daemon.port, json.dumps(TEXT).encode())
+        assert _status_line(reply) == 200, reply[:200]
+        assert time.monotonic() - started < 10.0
+        assert _closed(held[:200]) > 100          # the oldest idle ones made room
+    finally:
+        for conn in held:
+            conn.close()
+
+
+def _closed(conns: list, within_s: float = 5.0) -> int:
+    """How many of conns the other side has closed, waiting up to within_s for more than half."""
+    selector = selectors.DefaultSelector()
+    for conn in conns:
+        selector.register(conn, selectors.EVENT_READ)
+    closed, deadline = set(), time.monotonic() + within_s
+    while len(closed) * 2 <= len(conns) and time.monotonic() < deadline:
+        for key, _ in selector.select(max(0.0, deadline - time.monotonic())):
+            try:
+                ended = key.fileobj.recv(65536) == b""
+            except ConnectionResetError:
+                ended = True
+            if ended:
+                closed.add(key.fileobj)
+                selector.unregister(key.fileobj)
+    selector.close()
+    return len(closed)
+
+
+def test_headers_past_the_cap_are_refused_at_once(daemon):
+    started = time.monotonic()
+    with socket.create_connection(("127.0.0.1", daemon.port), timeout=10) as conn:
+        conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * (256 << 10))    # and no end
+        reply = _read_reply(conn)
+    assert _status_line(reply) == 431 and time.monotonic() - started < 5.0
+    many = b"GET /health HTTP/1.1\r\nHost: x\r\n" + b"".join(b"X-%d: 1\r\n" % i for i in range(500)) + b"\r\n"
+    assert _status_line(_http(daemon.port, many)) == 431
+    assert _status_line(_http(daemon.port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")) == 200
+
+
+def test_the_redirect_names_no_host_docs_are_off_and_the_command_line_names_no_settings(daemon):
+    reply = _http(daemon.port, b"GET /v1/models/?x=1 HTTP/1.1\r\nHost: evil.example\r\nAuthorization: Bearer "
+                  + TOKEN.encode() + b"\r\n\r\n")
+    location = re.search(rb"(?i)\r\nlocation: *([^\r]*)", reply)
+    assert _status_line(reply) in (307, 308) and location and location.group(1) == b"/v1/models?x=1"
+    assert _status_line(_http(daemon.port, b"GET /docs HTTP/1.1\r\nHost: x\r\n\r\n")) == 404
+    gateway = _control(daemon)["http"]["pid"]
+    checker = _control(daemon)["media"]["checker_pid"]
+    for pid in (gateway, checker):
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        assert str(daemon.token_file).encode() not in cmdline and b"media_root" not in cmdline
+
+
+# --- item 14: log floods ------------------------------------------------------------------------------
+
+
+def test_a_flood_of_bad_requests_is_logged_a_few_times_not_each_time(daemon):
+    def logged() -> int:
+        return daemon.log.read_text(errors="replace").count("Invalid HTTP request received.")
+
+    before = logged()
+    for _ in range(300):
+        _http(daemon.port, b"\x00\x01 garbage\r\n\r\n")
+    wait_for(lambda: logged() > before, 10, "the first bad request logged")
+    assert logged() - before <= 3
+
+
 # --- item 15: what a client chose reaches the log escaped --------------------------------------------------
 
 
