@@ -68,10 +68,11 @@ class Daemon:
         self.batch = batch
         self.dir = Path(tempfile.mkdtemp(prefix="jv-bd-"))
         self.endpoint = f"ipc://{self.dir}/d.sock"
+        self.control = f"ipc://{self.dir}/c.sock"     # the prefix cache's counters are shown only there
         env = {**os.environ, "JEVANY_BATCH_POLICY": policy, "JEVANY_LOG_LEVEL": "WARNING"}
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "jevany_daemon", "serve", "--model", str(model_dir), "--bind", self.endpoint,
-             "--control", "", "--max-batch-size", str(batch), "--device", args.device, "--dtype", args.dtype,
+             "--control", self.control, "--max-batch-size", str(batch), "--device", args.device, "--dtype", args.dtype,
              "--max-queue", "4096", *args.serve_args, *extra], env=env)
         try:
             self._wait_ready()
@@ -80,6 +81,7 @@ class Daemon:
             self.proc.wait()
             raise
         self.client = JevClient(self.endpoint, timeout=600, retries=0)
+        self.control_client = JevClient(self.control, timeout=600, retries=0)
 
     def _wait_ready(self) -> None:
         deadline = time.monotonic() + 600
@@ -100,10 +102,11 @@ class Daemon:
         return self.client.status()["batching"]
 
     def prefix_cache(self) -> dict:
-        return self.client.status()["prefix_cache"]
+        return self.control_client.status()["prefix_cache"]
 
     def stop(self) -> None:
         self.client.close()
+        self.control_client.close()
         self.proc.send_signal(signal.SIGTERM)
         self.proc.wait(120)
 

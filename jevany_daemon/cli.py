@@ -219,8 +219,11 @@ def serve(
     log_requests: bool = typer.Option(None, "--log-requests/--no-log-requests", help="One log line per request. "
                                       "[default: off]", show_default=False),
     metrics_port: int = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics on "
-                                     "http://127.0.0.1:PORT/metrics; 0 picks a free port (see status). "
+                                     "http://METRICS_HOST:PORT/metrics; 0 picks a free port (see status). "
                                      "[default: off]", show_default=False),
+    metrics_host: str = typer.Option(None, "--metrics-host", help="Address the metrics listen on; other than "
+                                     "loopback it needs --insecure (they are unauthenticated). "
+                                     "[default: 127.0.0.1]", show_default=False),
     curve_secret_key: str = typer.Option(None, "--curve-secret-key", help="Server key file (keygen's "
                                          "PREFIX.key_secret); TCP endpoints then require CurveZMQ. "
                                          "[default: none, plain TCP on loopback only]", show_default=False),
@@ -324,7 +327,7 @@ def serve(
                  max_memory_gib=max_memory_gib, dtype=dtype, workers=workers,
                  cpu_threads=cpu_threads, heartbeat_timeout=heartbeat_timeout, batch_timeout=batch_timeout,
                  socket_mode=mode,
-                 metrics_port=metrics_port, curve_secret_key=curve_secret_key,
+                 metrics_port=metrics_port, metrics_host=metrics_host, curve_secret_key=curve_secret_key,
                  curve_allowed_clients=curve_allowed_clients, insecure=insecure,
                  bind=tuple(bind or ()), control=control, max_batch_size=max_batch_size,
                  max_packed_tokens=max_packed_tokens, max_state_tokens=max_state_tokens,

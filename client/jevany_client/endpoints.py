@@ -7,6 +7,8 @@ socket must not be reachable from another user or from the network.
 import os
 from pathlib import Path
 
+from .ipc_trust import socket_file_problem
+
 ENDPOINT_ENV = "JEVANY_ENDPOINT"
 CONTROL_ENDPOINT_ENV = "JEVANY_CONTROL_ENDPOINT"
 _IPC = "ipc://"
@@ -52,8 +54,13 @@ def endpoint_list(endpoint: str | list[str] | tuple[str, ...] | None) -> list[st
 
 
 def missing_sockets(endpoints: list[str]) -> str | None:
-    """Why no daemon can answer, when every endpoint is an ipc socket file that does not exist."""
+    """Why no daemon can answer: an ipc socket another user could have put there (nothing is sent
+    to it), or every endpoint an ipc socket file that does not exist."""
     paths = [ipc_path(e) for e in endpoints]
+    for endpoint, path in zip(endpoints, paths):
+        problem = None if path is None else socket_file_problem(path)
+        if problem is not None:
+            return f"refusing to use {endpoint}: {problem}"
     if not paths or any(p is None or p.exists() for p in paths):
         return None
     where = ", ".join(str(p) for p in paths)

@@ -111,7 +111,8 @@ class JevTimeoutError(JevanyError, TimeoutError):
 
 
 class JevUnreachableError(JevTimeoutError):
-    """No daemon can be there at all: every endpoint is an ipc socket file that does not exist.
+    """No daemon can be there at all: every endpoint is an ipc socket file that does not exist, or one
+    is a socket another local user could have put there (ipc_trust.py), to which nothing is sent.
 
     Raised at once instead of after the timeout; `sent` is False. A
     JevTimeoutError still, so code that handles "not reachable" handles this.

@@ -20,6 +20,13 @@ CONTROL_OPS = ("clear_cache", "drain", "reload")
 MAX_ID_BYTES = 256
 MAX_SAFE_INT = 2**53 - 1
 MAX_DEPTH = 64
+# What one message may hold, whatever its size: a value costs the decoder a
+# Python object (and a map or an array a call and tens of bytes more), so an
+# 8 MiB message of 8 million empty maps would cost gigabytes and seconds. No
+# decision request comes near these: a state fitting any context window holds
+# fewer values than it has tokens.
+MAX_VALUES = 1 << 20        # map pairs plus array items, anywhere in the message
+MAX_CONTAINERS = 1 << 16    # maps plus arrays
 
 _REQUEST_KEYS = frozenset(("v", "id", "op", "body", "timeout_ms"))
 _OPS = frozenset(PUBLIC_OPS + CONTROL_OPS)
@@ -38,8 +45,46 @@ class _ExtensionFound(Exception):
     pass
 
 
+class _TooMany(Exception):
+    pass
+
+
 def _reject_extension(code: int, data: bytes) -> None:
     raise _ExtensionFound(code)
+
+
+class _Budget:
+    """Counts what the decoder builds, and stops it once a message holds more than the caps.
+
+    The decoder calls these hooks as each map and array is complete, so a
+    message past a cap costs at most the caps' worth of objects, not its
+    header's or its bytes' worth.
+    """
+
+    __slots__ = ("values", "containers")
+
+    def __init__(self) -> None:
+        self.values = self.containers = 0
+
+    # Counted inline: these run once per map and array of every message.
+    def map(self, pairs: list) -> dict:
+        self.values += len(pairs)
+        self.containers += 1
+        if self.values > MAX_VALUES or self.containers > MAX_CONTAINERS:
+            raise _TooMany()
+        return build_map(pairs)
+
+    def array(self, items: list) -> list:
+        self.values += len(items)
+        self.containers += 1
+        if self.values > MAX_VALUES or self.containers > MAX_CONTAINERS:
+            raise _TooMany()
+        return items
+
+
+def _too_many_problem() -> str:
+    return (f"message holds more than {MAX_VALUES:,} values or {MAX_CONTAINERS:,} maps and arrays; "
+            "no decision request needs that many")
 
 
 # unpackb sizes every str/bin/array/map limit from len(payload), so a header
@@ -49,7 +94,6 @@ def _reject_extension(code: int, data: bytes) -> None:
 _STRICT = dict(
     raw=False,
     strict_map_key=False,  # non-str keys are decoded so they can be reported by path
-    object_pairs_hook=build_map,
     ext_hook=_reject_extension,
     max_ext_len=0,
 )
@@ -57,7 +101,6 @@ _STRICT = dict(
 _LENIENT = dict(
     raw=False,
     strict_map_key=False,
-    object_pairs_hook=build_map,
     ext_hook=lambda code, data: None,
     unicode_errors="surrogateescape",
 )
@@ -68,8 +111,11 @@ def pack(obj: Any) -> bytes:
 
 
 def _unpack(payload: bytes) -> Any:
+    budget = _Budget()
     try:
-        return msgpack.unpackb(payload, **_STRICT)
+        return msgpack.unpackb(payload, object_pairs_hook=budget.map, list_hook=budget.array, **_STRICT)
+    except _TooMany:
+        raise InvalidRequestError(_too_many_problem(), request_id=_salvage_id(payload)) from None
     except Exception as exc:  # the decoder raises many types; all mean the same here
         raise InvalidMessageError(_decode_problem(exc), request_id=_salvage_id(payload)) from None
 
@@ -87,15 +133,26 @@ def _decode_problem(exc: Exception) -> str:
 
 
 def _salvage_id(payload: bytes) -> str | int | None:
+    """The id of a message that failed to decode, when its top-level map still reads whole.
+
+    Values other than the id are skipped without being built (the decoder's
+    own skip), so a message refused for its size or its counts costs no more
+    here than its bytes; keys and the id are decoded under the caps.
+    """
+    budget = _Budget()
+    unpacker = msgpack.Unpacker(object_pairs_hook=budget.map, list_hook=budget.array,
+                                max_buffer_size=max(len(payload), 1), **_LENIENT)
+    unpacker.feed(payload)
+    found = None
     try:
-        obj = msgpack.unpackb(payload, **_LENIENT)
-    except msgpack.ExtraData as exc:
-        obj = exc.unpacked
-    except Exception:
+        for _ in range(unpacker.read_map_header()):
+            if unpacker.unpack() == "id":
+                found = unpacker.unpack()     # a later duplicate wins, as when decoding
+            else:
+                unpacker.skip()
+    except Exception:  # truncated, not a map, past the caps: no id worth trusting
         return None
-    if isinstance(obj, dict) and _id_problem(obj.get("id")) is None:
-        return obj["id"]
-    return None
+    return found if _id_problem(found) is None else None
 
 
 def _id_problem(value: Any) -> str | None:

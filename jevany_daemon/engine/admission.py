@@ -30,6 +30,7 @@ class Admitted:
     encoded: Encoded
     origin: str | None = None     # where the caller came from (the daemon: zmq or http); opaque here
     native: Encoded | None = None  # its native-readout encoding, when the choice readout blends one in
+    tenant: str | None = None     # whose prefix-cache entries it may share (the daemon's salt); opaque here
 
 
 class Admission:
@@ -37,7 +38,8 @@ class Admission:
         self.engine = engine
         self.tokenizer_lock = threading.Lock()   # fast tokenizers are not safe to share across threads
 
-    def admit_many(self, bodies: list[Any], origins: list[str | None]) -> list[Admitted | JevanyError]:
+    def admit_many(self, bodies: list[Any], origins: list[str | None],
+                   tenants: list[str | None]) -> list[Admitted | JevanyError]:
         """Each body admitted, or the typed error it gets; one batched tokenization for them all."""
         requests: list[DecisionRequest | JevanyError] = []
         for body in bodies:
@@ -51,20 +53,22 @@ class Admission:
             encoded = iter(_encode_all(engine.encoder, ok, engine.limits))
             native = iter(_encode_all(engine.blend.encoder, ok, engine.limits) if engine.blend else [None] * len(ok))
         out = []
-        for request, origin in zip(requests, origins):
+        for request, origin, tenant in zip(requests, origins, tenants):
             if isinstance(request, JevanyError):
                 out.append(request)
                 continue
             try:
-                out.append(self._admitted(request, next(encoded), next(native), origin))
+                out.append(self._admitted(request, next(encoded), next(native), origin, tenant))
             except JevanyError as exc:
                 out.append(exc)
         return out
 
-    def _admitted(self, request: DecisionRequest, encoded, native, origin) -> Admitted:
+    def _admitted(self, request: DecisionRequest, encoded, native, origin, tenant) -> Admitted:
         for enc in (encoded, native):
             if isinstance(enc, Failed):
                 raise enc.error
+        if tenant is not None:    # the prefix cache keys its entries by it (prefix_cache.py)
+            encoded = replace(encoded, tenant=tenant)
         # The configured layout's cost, cached or not: a request is admitted or refused
         # the same whatever the cache holds at the moment. A blended request runs two
         # passes, each of which must fit.
@@ -74,7 +78,7 @@ class Admission:
             cost = shape.rows * shape.width + shape.prefix
             if cost > budget:
                 raise ContextLengthError(f"request exceeds {budget} packed tokens: {cost}")
-        return Admitted(request, encoded, origin, native=native)
+        return Admitted(request, encoded, origin, native=native, tenant=tenant)
 
     def _check(self, body: Any) -> DecisionRequest:
         """Validate; raises the typed error the caller should get."""

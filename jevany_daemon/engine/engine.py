@@ -101,16 +101,21 @@ class Engine:
 
     # --- admit -----------------------------------------------------------
 
-    def admit(self, body: Any, origin: str | None = None) -> Admitted:
-        """Validate and encode; raises the typed error the caller should get."""
-        out = self.admission.admit_many([body], [origin])[0]
+    def admit(self, body: Any, origin: str | None = None, tenant: str | None = None) -> Admitted:
+        """Validate and encode; raises the typed error the caller should get.
+
+        tenant: an opaque salt; requests of different tenants never share prefix-cache entries.
+        """
+        out = self.admission.admit_many([body], [origin], [tenant])[0]
         if isinstance(out, JevanyError):
             raise out
         return out
 
-    def admit_many(self, bodies: list[Any], origins: list[str | None] | None = None) -> list[Admitted | JevanyError]:
+    def admit_many(self, bodies: list[Any], origins: list[str | None] | None = None,
+                   tenants: list[str | None] | None = None) -> list[Admitted | JevanyError]:
         """Requests handed over together: each admitted or its typed error, tokenized in one batched call."""
-        return self.admission.admit_many(bodies, origins or [None] * len(bodies))
+        n = len(bodies)
+        return self.admission.admit_many(bodies, origins or [None] * n, tenants or [None] * n)
 
     def pending(self, admitted: Admitted) -> Pending:
         layout = self.layout_for(admitted)

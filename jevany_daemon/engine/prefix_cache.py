@@ -9,6 +9,12 @@ A lookup finds the longest entry the tokens start with, so a state that
 extends a kept one (an agent's next turn) computes only what is new. The
 prompt's head, the same in every request, is pinned: never evicted, never
 cleared, and outside the entry count.
+
+Entries belong to a tenant (the salt the daemon gives each connection's
+requests): a lookup sees only its own tenant's entries and the pinned head,
+so whether a state is cached (a faster answer) tells nobody what another
+tenant sent. Two tenants with the same state each compute it; the entry
+holds the last one's.
 """
 import functools
 import threading
@@ -33,6 +39,7 @@ class Entry:
     cache: object     # a block of one row (cache_rows.py): the prefix's keys, values and recurrent states
     nbytes: int
     pinned: bool = False
+    tenant: str | None = None   # who may use it; a pinned entry is everyone's
 
 
 class PrefixCache:
@@ -47,14 +54,14 @@ class PrefixCache:
         return len(tokens) >= self.min_tokens
 
     @_locked
-    def longest(self, tokens: tuple[int, ...]) -> tuple[int, object]:
+    def longest(self, tokens: tuple[int, ...], tenant: str | None = None) -> tuple[int, object]:
         """(n, cache) of the longest entry that tokens start with; (0, None) when none does.
 
         The entry used becomes the most recent. A state worth an entry counts
         a hit when it is held whole, else a miss; reused_tokens counts what
         any lookup saved computing.
         """
-        n, key = self._longest(tokens)
+        n, key = self._longest(tokens, tenant)
         if self.eligible(tokens):
             if n == len(tokens):
                 self.hits += 1
@@ -67,33 +74,39 @@ class PrefixCache:
         return n, self._entries[key].cache
 
     @_locked
-    def peek(self, tokens: tuple[int, ...]) -> int:
+    def peek(self, tokens: tuple[int, ...], tenant: str | None = None) -> int:
         """How many leading tokens an entry holds now; touches nothing (for cost estimates)."""
-        return self._longest(tokens)[0]
+        return self._longest(tokens, tenant)[0]
 
-    def _longest(self, tokens: tuple[int, ...]) -> tuple[int, tuple[int, ...] | None]:
-        if tokens in self._entries:
+    def _usable(self, entry: Entry, tenant: str | None) -> bool:
+        return entry.pinned or entry.tenant == tenant
+
+    def _longest(self, tokens: tuple[int, ...], tenant: str | None) -> tuple[int, tuple[int, ...] | None]:
+        whole = self._entries.get(tokens)
+        if whole is not None and self._usable(whole, tenant):
             return len(tokens), tokens
         best = None
-        for key in self._entries:
+        for key, entry in self._entries.items():
             n = len(key)
             # cheap tests first: most entries differ in their last token or are too long
             if (n < len(tokens) and (best is None or n > len(best)) and tokens[n - 1] == key[-1]
-                    and tokens[:n] == key):
+                    and tokens[:n] == key and self._usable(entry, tenant)):
                 best = key
         return (0, None) if best is None else (len(best), best)
 
     @_locked
-    def get(self, tokens: tuple[int, ...]):
+    def get(self, tokens: tuple[int, ...], tenant: str | None = None):
         """The cache computed for exactly these tokens, or None (a hit becomes the most recent)."""
-        if tokens not in self._entries:
+        entry = self._entries.get(tokens)
+        if entry is None or not self._usable(entry, tenant):
             if self.eligible(tokens):
                 self.misses += 1
             return None
-        return self.longest(tokens)[1]
+        return self.longest(tokens, tenant)[1]
 
     @_locked
-    def put(self, tokens: tuple[int, ...], cache, extends: tuple[int, ...] | None = None) -> bool:
+    def put(self, tokens: tuple[int, ...], cache, extends: tuple[int, ...] | None = None,
+            tenant: str | None = None) -> bool:
         """Keep cache for tokens, evicting the least recent entries to stay within the bounds.
 
         extends: the entry this one was computed from. It goes to the back of
@@ -106,8 +119,10 @@ class PrefixCache:
         nbytes = cache_nbytes(cache)
         if nbytes > self.max_bytes:
             return False
+        if tokens in self._entries and self._entries[tokens].pinned:
+            return False       # the head is everyone's: a tenant's state never replaces it
         self.drop(tokens)
-        self._entries[tokens] = Entry(cache, nbytes)
+        self._entries[tokens] = Entry(cache, nbytes, tenant=tenant)
         self.bytes += nbytes
         if extends in self._entries and not self._entries[extends].pinned:
             self._entries.move_to_end(extends, last=False)

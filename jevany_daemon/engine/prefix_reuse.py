@@ -54,6 +54,7 @@ class _Stem:
     requests: list[int] = field(default_factory=list)   # batch positions of the requests on this stem
     base: tuple[int, ...] | None = None                  # the entry the stem continues, if any
     source: tuple[Block, int] | None = None              # (block, row) once a stem pass computes it
+    tenant: str | None = None                            # whose entries it reads and keeps (prefix_cache.py)
 
     def __post_init__(self):
         self.base = self.tokens[:self.cached] if self.cached else None
@@ -76,15 +77,16 @@ class _Reuse:
         rest = enc.prefix[len(enc.stem):]
         return [rest + b.tokens for b in enc.branches]
 
-    def _stems(self, backbone: Backbone, encs: list[Encoded]) -> dict[tuple[int, ...], _Stem]:
-        """Each distinct stem of the batch, with what the cache holds of it."""
+    def _stems(self, backbone: Backbone, encs: list[Encoded]) -> dict[tuple, _Stem]:
+        """Each distinct stem of the batch, per tenant, with what the cache holds of it for that tenant."""
         if self.head and self.head not in self.memory.pinned():
             self._pin_head(backbone)
-        stems: dict[tuple[int, ...], _Stem] = {}
+        stems: dict[tuple, _Stem] = {}
         for i, enc in enumerate(encs):
-            if enc.stem not in stems:
-                stems[enc.stem] = _Stem(enc.stem, *self.memory.longest(enc.stem))
-            stems[enc.stem].requests.append(i)
+            key = (enc.tenant, enc.stem)
+            if key not in stems:
+                stems[key] = _Stem(enc.stem, *self.memory.longest(enc.stem, enc.tenant), tenant=enc.tenant)
+            stems[key].requests.append(i)
         return stems
 
     def _pin_head(self, backbone: Backbone) -> None:
@@ -103,12 +105,12 @@ class _Reuse:
             self.head = ()     # bigger than the whole byte bound: computed with every request instead
 
     def _keep(self, stem: _Stem, row: Block) -> None:
-        self.memory.put(stem.tokens, row, extends=stem.base)
+        self.memory.put(stem.tokens, row, extends=stem.base, tenant=stem.tenant)
 
     def forget(self, encs: list[Encoded]) -> None:
         """Drop every entry a failed pass read or wrote for these requests: one may be what broke it."""
         for enc in encs:
-            while n := self.memory.peek(enc.stem):
+            while n := self.memory.peek(enc.stem, enc.tenant):
                 self.memory.drop(enc.stem[:n])
 
 
@@ -119,7 +121,7 @@ class PackedReuse(_Reuse):
         return Shape(1, self.real_tokens(enc))
 
     def real_tokens(self, enc: Encoded) -> int:
-        return len(enc.stem) - self.memory.peek(enc.stem) + sum(map(len, self._tails(enc)))
+        return len(enc.stem) - self.memory.peek(enc.stem, enc.tenant) + sum(map(len, self._tails(enc)))
 
     def prepare(self, encs: list[Encoded], pad_id: int, upload: Upload, backbone: Backbone) -> "_PackedJob":
         stems = list(self._stems(backbone, encs).values())
@@ -176,13 +178,13 @@ class RowReuse(_Reuse):
     """Hybrid recurrent models: a row per question continuing its stem; stems worth keeping run first."""
 
     def shape(self, enc: Encoded) -> Shape:
-        tails, new = self._tails(enc), len(enc.stem) - self.memory.peek(enc.stem)
+        tails, new = self._tails(enc), len(enc.stem) - self.memory.peek(enc.stem, enc.tenant)
         if self._runs_first(enc.stem, new, len(tails)):
             return Shape(len(tails), max(map(len, tails)), new)
         return Shape(len(tails), new + max(map(len, tails)))
 
     def real_tokens(self, enc: Encoded) -> int:
-        tails, new = self._tails(enc), len(enc.stem) - self.memory.peek(enc.stem)
+        tails, new = self._tails(enc), len(enc.stem) - self.memory.peek(enc.stem, enc.tenant)
         repeats = 1 if self._runs_first(enc.stem, new, len(tails)) else len(tails)
         return repeats * new + sum(map(len, tails))
 
@@ -192,12 +194,12 @@ class RowReuse(_Reuse):
 
     def prepare(self, encs: list[Encoded], pad_id: int, upload: Upload, backbone: Backbone) -> "_RowJob":
         stems = self._stems(backbone, encs)
-        rows_on = {stem: sum(len(encs[i].branches) for i in s.requests) for stem, s in stems.items()}
-        first = [s for s in stems.values() if self._runs_first(s.tokens, len(s.new), rows_on[s.tokens])]
+        rows_on = {key: sum(len(encs[i].branches) for i in s.requests) for key, s in stems.items()}
+        first = [s for key, s in stems.items() if self._runs_first(s.tokens, len(s.new), rows_on[key])]
         passes = [self._stem_pass(group, pad_id, upload) for group in self._groups(first)]
         grid, refs = Grid(pad_id), []
         for enc in encs:
-            stem = stems[enc.stem]
+            stem = stems[(enc.tenant, enc.stem)]
             recompute = () if stem.source is not None or not stem.new else stem.new
             start = len(enc.stem) - len(recompute)
             if stem.source is not None:

@@ -47,6 +47,9 @@ class Encoded:
     # head and the state, never a question): what the prefix cache keys on, so
     # requests about one state share an entry whatever they ask. None: all of it.
     stem_length: int | None = None
+    # Whose prefix-cache entries it may use and keep (the daemon's salt for its connection):
+    # requests of different tenants never share an entry, so a hit reveals nothing of another's.
+    tenant: str | None = None
 
     @property
     def stem(self) -> tuple[int, ...]:

@@ -10,6 +10,8 @@ the supervisor never imports an HTTP stack.
     replies.py      protocol error codes → HTTP status, headers and detail
     jevany_view.py  the /v1/models entry and the answer body, in JevAny's shapes
     app.py          the routes (CORS as JevAny's)
+    guard.py        before the routes: the token from the headers, then the body's size and counts
+    connections.py  how many connections, for how long, with headers how big
     process.py      the process: uvicorn on the socket the supervisor bound
     embedded.py     the routes on a model in this process instead (jevany_daemon.asgi)
 """

@@ -4,7 +4,7 @@
     GET  /v1/models      {"models": [entry]} (the models op's description as JevAny's, media policy in `limits`)
     GET  /health         200 {"status": "ready"}; 503 "loading", "draining" or "unavailable"
     GET  /metrics        the daemon's Prometheus metrics (when --metrics-port is set)
-    GET  /docs, /openapi.json
+    GET  /openapi.json   the API, described (no /docs: its page loads scripts from a CDN)
 
 Handlers are coroutines: a request costs a future on the event loop while it
 waits for the daemon, never a thread.
@@ -76,7 +76,7 @@ def create_app(gateway: Gateway) -> FastAPI:
             watcher.cancel()
             await gateway.upstream.close()
 
-    app = FastAPI(title="jevany-daemon", version=__version__, lifespan=lifespan,
+    app = FastAPI(title="jevany-daemon", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="JevAny's HTTP API: typed questions about a state, answered in one prefill pass. "
                               "HTTP and ZeroMQ callers share one queue and its batches.")
     # JevAny lets a page from any origin call it (CORSMiddleware, everything allowed); so do we,

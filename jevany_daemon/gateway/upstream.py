@@ -22,8 +22,11 @@ from jevany_client.protocol import encode_request
 
 
 class Upstream:
-    def __init__(self, endpoint: str, max_message_bytes: int):
+    def __init__(self, endpoint: str, max_message_bytes: int, tenant: bytes | None = None):
         self.endpoint = endpoint
+        # Sent before each request, as one routing frame the supervisor reads as the caller's
+        # prefix-cache tenant (tenants.py): the token's salt, never the token.
+        self.prefix = [tenant] if tenant else []
         self.ctx = zmq.Context()
         self.sock = self.ctx.socket(zmq.DEALER)
         self.sock.setsockopt(zmq.LINGER, 0)
@@ -57,7 +60,7 @@ class Upstream:
         self._waiting[rid] = future
         try:
             try:
-                self.sock.send(payload, zmq.NOBLOCK)
+                self.sock.send_multipart([*self.prefix, payload], zmq.NOBLOCK)
             except zmq.Again:     # the pipe to the supervisor is full: it is far behind
                 raise OverloadedError("the HTTP gateway's queue to the daemon is full; retry later") from None
             self._drain()         # a reply may already be readable, which no new edge announces
@@ -73,7 +76,7 @@ class Upstream:
     def _drain(self) -> None:
         while self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
             try:
-                payload = self.sock.recv(zmq.NOBLOCK)
+                payload = self.sock.recv_multipart(zmq.NOBLOCK)[-1]    # after the tenant frame echoed back
             except zmq.Again:
                 return
             # The supervisor is ours and already checked what it sends; the gateway only routes it.

@@ -8,10 +8,10 @@ past its deadline, and starts another.
 
     supervisor → checker:  [tag, [[type, uri]...]]
     checker → supervisor:  [HELLO] once connected, then [tag, ok, [[type, path, stamp]...] or message]
-                           (stamp: size, mtime, inode, so the worker can tell the file did not change)
+                           (stamp: the size and SHA-256 of the bytes checked, which the worker must read
+                           again before it decodes them)
 """
 import argparse
-import json
 import os
 import signal
 import sys
@@ -21,7 +21,9 @@ import zmq
 
 from jevany_client.errors import InvalidRequestError
 
-from .policy import MediaPolicy, stamp
+from jevany_daemon.server.handoff import read_settings
+
+from .policy import MediaPolicy
 
 HELLO = "hello"
 PARENT_CHECK_MS = 1000
@@ -31,13 +33,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="jevany-daemon media checker (started by the supervisor)")
     parser.add_argument("--endpoint", required=True)
     parser.add_argument("--identity", required=True)
-    parser.add_argument("--settings", required=True, help="ServeSettings as JSON")
+    parser.add_argument("--settings", default=None, help="ServeSettings as JSON")
+    parser.add_argument("--settings-fd", type=int, default=None, help="a descriptor to read them from instead")
     parser.add_argument("--parent", type=int, default=None,
                         help="the supervisor's pid (given, since it may die before this process asks)")
     args = parser.parse_args(argv)
     # The supervisor stops this process; a Ctrl-C sent to the whole process group must not.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    policy = MediaPolicy.from_settings(json.loads(args.settings))
+    policy = MediaPolicy.from_settings(read_settings(args.settings, args.settings_fd))
     parent = os.getppid() if args.parent is None else args.parent
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
@@ -76,7 +79,7 @@ def reply(sock, message: list, parent: int) -> bool:
 
 def check(policy: MediaPolicy, items) -> tuple[bool, object]:
     try:
-        return True, [[kind, str(path), stamp(path)] for kind, path in policy.resolve(items)]
+        return True, [[kind, str(path), checked] for kind, path, checked in policy.check(items)]
     except InvalidRequestError as exc:
         return False, exc.message
     except Exception:   # noqa: BLE001 - whatever a file did, the request gets a typed refusal

@@ -1,4 +1,6 @@
-"""Opening a media file to check what it declares, before anything decodes it in full.
+"""Checking a media file's bytes for what they declare, before anything decodes them in full.
+
+The bytes are the ones files.read_regular read, never the path opened again.
 
 Images: Pillow reads the header (width × height against the pixel cap, so a
 decompression bomb is refused before a pixel is decoded), then verify()
@@ -10,17 +12,17 @@ without them, "install the multimodal extra to serve media". Anything else
 that goes wrong in a decoder is "media file could not be validated": a
 hostile file gets a typed error, never a traceback.
 """
-from pathlib import Path
+import io
 
 from jevany_client.errors import InvalidRequestError
 
 
-def check(kind: str, path: Path, max_pixels: int, max_frames: int) -> None:
+def check(kind: str, data: bytes, max_pixels: int, max_frames: int) -> None:
     try:
         if kind == "image":
-            _image(path, max_pixels)
+            _image(data, max_pixels)
         else:
-            _video(path, max_pixels, max_frames)
+            _video(data, max_pixels, max_frames)
     except InvalidRequestError:
         raise
     except ImportError:
@@ -29,11 +31,11 @@ def check(kind: str, path: Path, max_pixels: int, max_frames: int) -> None:
         raise InvalidRequestError("media file could not be validated") from None
 
 
-def _image(path: Path, max_pixels: int) -> None:
+def _image(data: bytes, max_pixels: int) -> None:
     from PIL import Image
 
     try:
-        opened = Image.open(path)        # reads the header only
+        opened = Image.open(io.BytesIO(data))        # reads the header only
     except Image.DecompressionBombError:
         # Pillow's own guard, far above any sane cap, refuses before ours is asked.
         raise InvalidRequestError(f"image exceeds {max_pixels} pixels") from None
@@ -43,14 +45,14 @@ def _image(path: Path, max_pixels: int) -> None:
         image.verify()
     # verify() checks a PNG's chunks but not a JPEG's data: decode it too, now that the
     # pixel cap bounds what decoding costs, so a truncated file is refused here.
-    with Image.open(path) as image:
+    with Image.open(io.BytesIO(data)) as image:
         image.load()
 
 
-def _video(path: Path, max_pixels: int, max_frames: int) -> None:
+def _video(data: bytes, max_pixels: int, max_frames: int) -> None:
     import av
 
-    with av.open(str(path)) as container:
+    with av.open(io.BytesIO(data)) as container:
         streams = container.streams.video
         if not streams:
             raise InvalidRequestError("video file has no video stream")

@@ -5,8 +5,9 @@ path: relative ones resolve inside the root, symlinks are followed, and the
 result must stay inside the root and be a regular file. Then the caps: bytes
 per file, bytes per request, pixels per image or video frame, frames per
 video. Each refusal has its own message, JevAny's word for word, so callers
-that match on them keep working. Everything here is plain Python and reads
-only file metadata; opening the files is checks.py's.
+that match on them keep working. Each file is read once (files.py: no FIFO,
+no final symlink, nothing past the byte cap), its bytes checked (checks.py)
+and their digest reported, so the worker can tell it decodes those same bytes.
 """
 import os
 from dataclasses import dataclass
@@ -15,6 +16,7 @@ from pathlib import Path
 from jevany_client.errors import InvalidRequestError
 
 from . import checks
+from .files import read_regular, stamp
 
 MEDIA_TYPES = ("image", "video")
 
@@ -46,6 +48,10 @@ class MediaPolicy:
     def resolve(self, items) -> list[tuple[str, Path]]:
         """[(type, uri)...] → [(type, resolved path)...], every rule and cap checked; the first
         broken one raises InvalidRequestError with JevAny's message."""
+        return [(kind, path) for kind, path, _ in self.check(items)]
+
+    def check(self, items) -> list[tuple[str, Path, list]]:
+        """resolve(), with the stamp (size, SHA-256) of the bytes each file was checked on."""
         if not self.enabled:
             raise refused("media is disabled; the server operator must set JEVANY_MEDIA_ROOT")
         try:
@@ -57,14 +63,12 @@ class MediaPolicy:
         resolved, total = [], 0
         for kind, uri in items:
             path = _inside(root, uri)
-            size = path.stat().st_size
-            if size > self.max_bytes:
-                raise refused(f"media file exceeds {self.max_bytes} bytes")
-            total += size
+            data = read_regular(path, self.max_bytes)
+            total += len(data)
             if total > self.total_bytes:
                 raise refused(f"media files exceed {self.total_bytes} bytes in total")
-            checks.check(kind, path, self.max_pixels, self.max_video_frames)
-            resolved.append((kind, path))
+            checks.check(kind, data, self.max_pixels, self.max_video_frames)
+            resolved.append((kind, path, stamp(data)))
         return resolved
 
 
@@ -85,22 +89,6 @@ def _inside(root: Path, uri: str) -> Path:
     if not os.access(path, os.R_OK):
         raise refused("server cannot access media file; check shared directory and file permissions")
     return path
-
-
-def stamp(path) -> list[int]:
-    """What says a file is still the one that was checked: size, modification time, inode."""
-    st = os.stat(path)
-    return [st.st_size, st.st_mtime_ns, st.st_ino]
-
-
-def unchanged(path, checked: list[int]) -> None:
-    """Refuse a file that changed since its check: its caps were checked on other bytes."""
-    try:
-        now = stamp(path)
-    except OSError:
-        now = None
-    if now != list(checked):
-        raise refused("media file changed after it was checked; send the request again")
 
 
 def refused(message: str) -> InvalidRequestError:

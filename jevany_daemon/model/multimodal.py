@@ -233,6 +233,8 @@ def read_video(video_processor, path: str | Path):
     import numpy as np
     from transformers.video_utils import VideoMetadata
 
+    from jevany_daemon.media.frames import frames_as_declared
+
     try:
         with av.open(str(path)) as container:
             stream = container.streams.video[0]
@@ -242,9 +244,9 @@ def read_video(video_processor, path: str | Path):
                                      width=stream.width, height=stream.height, video_backend="pyav")
             indices = _frame_indices(video_processor, metadata)
             wanted, frames = set(indices), {}
-            for i, frame in enumerate(container.decode(stream)):
-                if i > indices[-1]:
-                    break
+            # Only frames of the size the checked header declared (media/frames.py): a bigger
+            # one is refused as the file's fault before it costs more than its own decode.
+            for i, frame in frames_as_declared(container, stream, indices[-1]):
                 if i in wanted:
                     frames[i] = frame.to_ndarray(format="rgb24")
     except MediaError:

@@ -11,7 +11,14 @@ cache_clears.py  clear_cache across the pool: every worker empties its prefix ca
 channel.py     the supervisor ↔ worker message shapes
 gateway.py     the HTTP gateway process (--http): its port, its private socket, restarts
 media_checks.py  media requests on their way in: the media checker process checks their files first
-sockets.py     binding client sockets: ipc safety, socket modes, CURVE on TCP
+sockets.py     binding client sockets: ipc safety, socket modes, CURVE on TCP, taking new peers or not
+inbox.py       client messages in: a time budget a turn, each message bounded whole
+outbox.py      replies out: only to the connection that asked, bounded in bytes for a client not reading
+peers.py       connections as libzmq's monitor reports them: descriptors, idleness, credentials
+fds.py         the descriptor limit raised, watched, and defended near its end
+tenants.py     whose requests may share the prefix cache: a salt from a key, a uid or the HTTP token
+handoff.py     settings to child processes through an inherited descriptor, not their command line
+metrics_http.py  the metrics endpoint's server: one thread, few connections, deadlines
 curve.py       CurveZMQ key files and the ZAP handler
 sdnotify.py    systemd's notify protocol (READY, STATUS, WATCHDOG, STOPPING)
 metrics.py     Prometheus metrics

@@ -23,6 +23,11 @@ class Entry:
         """Who sent it: its socket and routing id (GPU-aware group commit waits for clients, gather.py)."""
         return id(self.sock), self.envelope[0] if self.envelope else None
 
+    @property
+    def tenant(self) -> str | None:
+        """Its prefix-cache namespace (tenants.py), from the connection it came on."""
+        return getattr(getattr(self.envelope, "peer", None), "tenant", None)
+
 
 class RequestQueue:
     def __init__(self, max_depth: int):
@@ -32,6 +37,9 @@ class RequestQueue:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    def __iter__(self):
+        return iter(self._entries)
 
     @property
     def full(self) -> bool:

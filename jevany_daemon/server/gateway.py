@@ -6,7 +6,6 @@ process runs the HTTP stack. A gateway that exits is started again at once;
 one that keeps dying is started again after a growing pause (up to
 MAX_BACKOFF_S), so a broken install cannot spin. No HTTP code runs here.
 """
-import json
 import logging
 import os
 import signal
@@ -16,6 +15,7 @@ import sys
 
 import zmq
 
+from .handoff import settings_fd
 from .logs import event
 from .settings import http_address
 from .sockets import StartupError
@@ -55,14 +55,18 @@ class GatewayProcess:
 
     def _spawn(self) -> None:
         fd = self.listener.fileno()
+        settings = settings_fd(self.settings.to_dict())     # not on its command line, which anyone may read
         argv = [sys.executable, "-m", "jevany_daemon.gateway", "--upstream", self.endpoint, "--fd", str(fd),
-                "--settings", json.dumps(self.settings.to_dict()), "--parent", str(os.getpid())]
+                "--settings-fd", str(settings), "--parent", str(os.getpid())]
         if self.metrics_url:
             argv += ["--metrics-url", self.metrics_url]
         # Its own session: a Ctrl-C at the terminal reaches the supervisor, which drains, and
         # stops the gateway only after every HTTP caller has had its reply.
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, pass_fds=(fd,),
-                                     env=worker_environment(os.environ), start_new_session=True)
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, pass_fds=(fd, settings),
+                                         env=worker_environment(os.environ), start_new_session=True)
+        finally:
+            os.close(settings)
         self.started_at, self.next_start = self.clock(), None
         try:
             self.sentinel = os.pidfd_open(self.proc.pid)

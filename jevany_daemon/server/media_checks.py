@@ -10,7 +10,6 @@ again (after a growing pause if it keeps dying before saying hello); the
 requests behind it go on to the new one. Nothing here
 waits: sends never block, and a killed checker is reaped on later turns.
 """
-import json
 import logging
 import os
 import signal
@@ -22,6 +21,7 @@ from itertools import count
 import msgpack
 import zmq
 
+from .handoff import settings_fd
 from .logs import event
 
 log = logging.getLogger("jevany.supervisor")
@@ -58,12 +58,18 @@ class MediaChecks:
         """Requests waiting for, or in, a check."""
         return len(self.waiting) + (self.current is not None)
 
+    def entries(self) -> list:
+        return [e for e, _ in self.waiting] + ([self.current[0]] if self.current is not None else [])
+
     def _spawn(self) -> None:
         name = f"media.{next(self._serials)}"
+        settings = settings_fd(self.settings.to_dict())     # not on its command line, which anyone may read
         argv = [sys.executable, "-m", "jevany_daemon.media.checker", "--endpoint", self.endpoint,
-                "--identity", name, "--settings", json.dumps(self.settings.to_dict()),
-                "--parent", str(os.getpid())]
-        self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL)
+                "--identity", name, "--settings-fd", str(settings), "--parent", str(os.getpid())]
+        try:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, pass_fds=(settings,))
+        finally:
+            os.close(settings)
         self.expected, self.identity = name.encode(), None
         self.hello_by, self.next_start = self.clock() + HELLO_WITHIN_S, None
 
@@ -97,7 +103,7 @@ class MediaChecks:
     def receive(self, ready: dict) -> list:
         """Finished checks: [(entry, ok, resolved [[type, path]...] or message)]."""
         done = []
-        if self.sock not in ready:
+        if ready is not None and self.sock not in ready:
             return done
         while True:
             try:

@@ -1,10 +1,12 @@
-"""Prometheus metrics, served on 127.0.0.1 when --metrics-port is given.
+"""Prometheus metrics, served on --metrics-host (127.0.0.1) when --metrics-port is given.
 
-The supervisor updates them from its loop; prometheus_client's own HTTP thread
-only reads them. Batch facts (size, padded tokens, forward-pass time) come
+The supervisor updates them from its loop; the metrics server's one thread
+(metrics_http.py) only reads them. Batch facts (size, padded tokens, forward-pass time) come
 from the workers' results messages, so scoring is measured where it happens.
 """
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
+
+from .metrics_http import MetricsServer
 
 _SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 _TOKENS = (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536)
@@ -44,21 +46,27 @@ class Metrics:
         self.prefix_cache = Gauge("jevany_prefix_cache", "The serving workers' prefix caches, summed: entries, "
                                   "bytes held, hits, misses, evictions and tokens not computed again.", ["what"], registry=r)
         self.model = Info("jevany_model", "The model being served.", registry=r)
+        self.fds = Gauge("jevany_open_fds", "File descriptors the supervisor holds.", registry=r)
+        self.max_fds = Gauge("jevany_max_fds", "The supervisor's descriptor limit (RLIMIT_NOFILE, raised to the "
+                             "hard limit at start).", registry=r)
+        self.peers = Gauge("jevany_client_connections", "Clients connected to the public and control "
+                           "endpoints.", registry=r)
+        self.refusing = Gauge("jevany_refusing_new_clients", "1 while descriptors run short and the public "
+                              "endpoints take no new clients.", registry=r)
         for cause in ("died", "hung"):
             self.restarts.labels(cause)       # series exist at 0, so a rate() has a start
         for result in ("ok", "failed", "refused"):
             self.reloads.labels(result)
         self._server = None
 
-    def serve(self, port: int) -> int:
-        """Start the HTTP endpoint on loopback; returns the port (useful when 0 asked for any)."""
-        self._server, _thread = start_http_server(port, addr="127.0.0.1", registry=self.registry)
-        return self._server.server_port
+    def serve(self, port: int, host: str = "127.0.0.1") -> int:
+        """Start the HTTP endpoint; returns the port (useful when 0 asked for any)."""
+        self._server = MetricsServer(self.registry, host, port)
+        return self._server.port
 
     def close(self) -> None:
         if self._server is not None:
-            self._server.shutdown()
-            self._server.server_close()
+            self._server.close()
             self._server = None
 
     def reply(self, op: str | None, code: str | None, transport: str = "zmq") -> None:
@@ -86,6 +94,12 @@ class Metrics:
     def prefix_cache_stats(self, stats: dict) -> None:
         for what in ("size", "bytes", "hits", "misses", "evictions", "reused_tokens"):
             self.prefix_cache.labels(what).set(stats.get(what, 0))
+
+    def descriptors(self, fds: dict) -> None:
+        self.fds.set(fds["open"])
+        self.max_fds.set(fds["limit"])
+        self.peers.set(fds["connected"])
+        self.refusing.set(1 if fds["refusing_new_peers"] else 0)
 
     def describe_model(self, model: dict) -> None:
         self.model.info({k: str(model.get(k, "")) for k in ("id", "source", "readout", "layout", "device", "dtype")})

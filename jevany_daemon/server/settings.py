@@ -60,7 +60,8 @@ class ServeSettings:
     max_queue: int = 1024
     max_message_bytes: int = 8 << 20
     log_requests: bool = False
-    metrics_port: int | None = None   # Prometheus on 127.0.0.1:PORT; 0 picks a free port; None: off
+    metrics_port: int | None = None   # Prometheus on METRICS_HOST:PORT; 0 picks a free port; None: off
+    metrics_host: str = "127.0.0.1"   # the metrics endpoint's address; off loopback it needs --insecure
     curve_secret_key: str | None = None       # server key file; TCP endpoints then require CURVE
     curve_allowed_clients: str | None = None  # directory of allowed clients' public key files
     insecure: bool = False            # allow plain TCP on a non-loopback address
@@ -285,6 +286,7 @@ def validate(s: ServeSettings, cuda_count: Callable[[], int] = device_names.visi
     if s.metrics_port is not None and (isinstance(s.metrics_port, bool) or not isinstance(s.metrics_port, int)
                                        or not 0 <= s.metrics_port <= 65535):
         raise SettingsError(f"metrics_port must be a port number (0 picks a free one), got {s.metrics_port!r}")
+    _validate_metrics_host(s)
     if s.socket_mode is not None and not (isinstance(s.socket_mode, int) and 0 <= s.socket_mode <= 0o777):
         raise SettingsError(f"socket_mode must be a file mode such as 0660, got {s.socket_mode!r}")
 
@@ -389,6 +391,11 @@ def _validate_endpoints(s: ServeSettings) -> None:
             raise SettingsError(f"endpoint {endpoint!r} must be ipc://PATH or tcp://HOST:PORT")
     if len(set(endpoints)) != len(endpoints):
         raise SettingsError("the control endpoint must differ from every public endpoint")
+    control = s.control_endpoint or ""
+    if control.startswith("ipc://@"):
+        # A Linux abstract socket has no file, so no mode: every local user could drain or reload.
+        raise SettingsError(f"control {control} is an abstract socket, which every local user may connect to; "
+                            "give the control endpoint a path (ipc:///run/jevany/control.sock)")
 
 
 def _validate_security(s: ServeSettings) -> None:
@@ -407,6 +414,10 @@ def _validate_security(s: ServeSettings) -> None:
         raise SettingsError(f"{exposed[0]} is reachable from the network without CurveZMQ, so anyone there could "
                             "use the model; give --curve-secret-key and --curve-allowed-clients, bind 127.0.0.1, "
                             "or pass --insecure")
+    control = s.control_endpoint or ""
+    if control.startswith("tcp://") and not s.insecure:
+        raise SettingsError(f"control {control} would let every local user drain or reload the daemon (TCP has "
+                            "no file mode); use an ipc path, CurveZMQ keys, or pass --insecure")
 
 
 _HTTP = re.compile(r"(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})")
@@ -467,6 +478,18 @@ def _validate_media(s: ServeSettings) -> None:
     t = s.media_check_timeout
     if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
         raise SettingsError(f"media_check_timeout must be a number of seconds > 0, got {t!r}")
+
+
+def _validate_metrics_host(s: ServeSettings) -> None:
+    host = s.metrics_host
+    try:
+        address = ipaddress.ip_address(host) if host != "localhost" else ipaddress.ip_address("127.0.0.1")
+    except (TypeError, ValueError):
+        raise SettingsError(f"metrics_host must be an IP address such as 127.0.0.1 or ::1, got {host!r}") from None
+    if s.metrics_port is not None and not address.is_loopback and not s.insecure:
+        raise SettingsError(f"metrics_host {host} would serve the metrics, unauthenticated, to anyone who can "
+                            "reach it; bind 127.0.0.1 (and scrape through something that authenticates), or "
+                            "pass --insecure")
 
 
 def is_loopback(endpoint: str) -> bool:

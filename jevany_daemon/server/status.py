@@ -1,10 +1,17 @@
-"""The status op: live counters (outcomes by code, latency percentiles), batching, workers."""
+"""The status op: live counters (outcomes by code, latency percentiles), batching, workers.
+
+The prefix cache's counters (entries, bytes, hits, misses, evictions, tokens
+reused) move when any client's state is found or kept, so on a public socket
+they would tell one client what another sent. Public status and models show
+only how the cache is set up; the control endpoint shows everything.
+"""
 import os
 from collections import Counter, deque
 
 from jevany_daemon.media.policy import MediaPolicy
 
 LATENCY_WINDOW = 4096   # recent decide replies the percentiles are taken over
+CACHE_SETUP = ("enabled", "max_entries", "max_bytes", "min_tokens", "min_state_tokens")   # prefix_cache fields anyone may see
 
 
 class Counters:
@@ -85,8 +92,8 @@ def batching(sup) -> dict:
                           engine.max_batch_size, engine.max_packed_tokens)
 
 
-def prefix_cache(sup) -> dict:
-    """The serving workers' prefix caches, summed: each worker keeps its own."""
+def prefix_cache(sup, private: bool = True) -> dict:
+    """The serving workers' prefix caches, summed: each worker keeps its own; private: with the counters."""
     engine = sup.settings.engine
     reports = [w.stats.get("prefix_cache") or {} for w in sup.pool.serving() if w.stats]
     total = {k: sum(r.get(k, 0) for r in reports) for k in ("size", "bytes", "hits", "misses", "evictions",
@@ -94,13 +101,14 @@ def prefix_cache(sup) -> dict:
     total["pinned_tokens"] = max((r.get("pinned_tokens", 0) for r in reports), default=0)   # the same head in each
     # On only where a worker keeps one: a model the cache is not proven on keeps none, whatever the setting.
     enabled = engine.prefix_cache > 0 and (not reports or any(r.get("enabled") for r in reports))
-    return {"enabled": enabled, **total, "max_entries": engine.prefix_cache,
-            "max_bytes": engine.prefix_cache_bytes, "min_tokens": engine.prefix_min_tokens,
-            # JevAny's names for two of these
-            "cached_states": total["size"], "min_state_tokens": engine.prefix_min_tokens}
+    cache = {"enabled": enabled, **total, "max_entries": engine.prefix_cache,
+             "max_bytes": engine.prefix_cache_bytes, "min_tokens": engine.prefix_min_tokens,
+             # JevAny's names for two of these
+             "cached_states": total["size"], "min_state_tokens": engine.prefix_min_tokens}
+    return cache if private else {k: cache[k] for k in CACHE_SETUP}
 
 
-def describe_model(sup) -> dict:
+def describe_model(sup, private: bool = True) -> dict:
     """The serving generation's model as its workers describe it, else what the settings say.
 
     The device is named as the operator named it: a worker calls its GPU cuda:0 whichever it is.
@@ -116,7 +124,7 @@ def describe_model(sup) -> dict:
     limits = {**(model.get("limits") or {}), **media_policy(sup.settings).limits(model.get("media_types") or ())}
     return {**model, "device": ",".join(dict.fromkeys(w.device for w in serving)), "devices": devices,
             "device_map": sup.settings.device_map, "limits": limits, "batching": batching(sup),
-            "prefix_cache": prefix_cache(sup)}
+            "prefix_cache": prefix_cache(sup, private)}
 
 
 def media_status(media) -> dict:
@@ -131,9 +139,17 @@ def media_policy(s) -> MediaPolicy:
                        s.media_max_video_frames)
 
 
-def daemon_status(sup) -> dict:
-    """The status op's result (PROTOCOL.md, "status result")."""
-    model = describe_model(sup)
+def clients_status(sup) -> dict | None:
+    """Descriptors and peers (fds.py, peers.py), and what was refused or dropped to stay within bounds."""
+    if not hasattr(sup, "fd_guard"):
+        return None
+    return {**sup.fd_guard.describe(), "messages_refused": sup.inbox.refused,
+            "replies_dropped": dict(sup.outbox.dropped_by_cause)}
+
+
+def daemon_status(sup, private: bool = True) -> dict:
+    """The status op's result (PROTOCOL.md, "status result"); private: as the control endpoint sees it."""
+    model = describe_model(sup, private)
     return {
         "version": sup.version,
         "pid": os.getpid(),
@@ -148,8 +164,9 @@ def daemon_status(sup) -> dict:
                                              "random_weights")},
         "batching": {**batching(sup), "mixed_transport_batches": sup.counters.mixed_batches,
                      "gather": sup.gather.as_dict()},
-        "prefix_cache": prefix_cache(sup),
+        "prefix_cache": prefix_cache(sup, private),
         "queue": {"depth": len(sup.queue), "max_depth": sup.queue.max_depth},
+        "clients": clients_status(sup),
         "workers": sup.pool.describe(),
         "reload": sup.reloads.describe(),
         "requests": sup.counters.requests(),

@@ -2,9 +2,10 @@
 
 Each turn of the loop runs the same phases, in order:
 
-    wait → handle signals → authenticate → receive from clients → receive from workers
-         → expire deadlines → dispatch to idle workers → watch workers → advance a reload
-         → finish a drain → report (systemd, metrics, throttled logs)
+    wait → handle signals → authenticate → receive from clients (a time budget, inbox.py)
+         → receive from workers → expire deadlines → dispatch to idle workers → send answers
+         → watch workers (their messages read first) → guard descriptors (fds.py)
+         → advance a reload → finish a drain → report (systemd, metrics, throttled logs)
 
 Every message a client sends gets exactly one reply: an answer, or a typed
 error (invalid_message, overloaded, deadline_exceeded, shutting_down,
@@ -39,14 +40,17 @@ from jevany_client.schema import parse_decision
 
 from jevany_daemon import __version__
 
-from . import channel, curve
+from . import channel, curve, fds
 from .admission import Entry, RequestQueue
 from .cache_clears import CacheClears
 from .gateway import GatewayProcess
 from .gather import Gather
+from .inbox import Inbox
 from .logs import RateLimited, event
 from .media_checks import MediaChecks
 from .metrics import Metrics
+from .outbox import Outbox
+from .peers import Peers, may_control
 from .pool import WorkerPool
 from .reload import Reloads
 from .sdnotify import Notifier
@@ -58,7 +62,7 @@ from .workers import BUSY, IDLE, STOPPING, WorkerHandle
 
 log = logging.getLogger("jevany.supervisor")
 
-RECEIVE_BURST = 1000      # messages taken from one socket per turn, so no socket starves the rest
+RECEIVE_BURST = 1000      # worker messages taken per turn (client messages: a time budget, inbox.py)
 IDLE_WAIT_MS = 200        # longest sleep in poll; bounds how late a hang or a report is noticed
 REPORT_EVERY_S = 2.0      # how often the systemd STATUS= line is renewed
 OVERLOAD_LOG_EVERY_S = 10.0
@@ -75,7 +79,6 @@ class Supervisor:
         self.notifier = Notifier(env)
         self.reloads = Reloads(self, reload_settings or (lambda: settings))
         self.overloads = RateLimited(log, "overload", OVERLOAD_LOG_EVERY_S, clock, level=logging.WARNING)
-        self.dropped = RateLimited(log, "reply_dropped", OVERLOAD_LOG_EVERY_S, clock, level=logging.WARNING)
         self.state = "starting"
         self.version = __version__
         self.started = clock()
@@ -94,7 +97,7 @@ class Supervisor:
         self.gather = Gather()             # when a free worker waits for answered clients (GPU-aware)
         self._gather_until: float | None = None
         self._answered: list = []          # (entry, ok, result or error) from workers, sent after dispatch
-        self._bound_ipc: list = []
+        self._listeners: list = []         # every bound client endpoint (sockets.Listener)
         self._failure: str | None = None
         self._next_report = self._next_watchdog = clock()
         self._decided_at_report = (0, clock())
@@ -114,12 +117,19 @@ class Supervisor:
         return self.exit_code
 
     def start(self) -> None:
+        self.fd_limit = fds.raise_limit()     # before any socket: headroom for clients costs nothing unused
         self.ctx = zmq.Context()
         self.poller = zmq.Poller()
+        self.peers = Peers(self.poller, self.clock)
+        self.outbox = Outbox(self.peers, self.clock)
+        self.inbox = Inbox(self.peers, self.clock)
         self._start_curve()
         self.public = [self._bind_client_socket(ep, flag="--bind") for ep in self.settings.endpoints]
+        public_listeners = list(self._listeners)
         control = self.settings.control_endpoint
         self.control = self._bind_client_socket(control, mode=0o600, flag="--control") if control else None
+        # The control endpoint keeps listening under pressure: only its owner can reach it.
+        self.fd_guard = fds.FdGuard(self.peers, public_listeners, self.busy_fds, self.clock, self.fd_limit)
         self._start_backend()
         if self.settings.media_root:
             self.media = MediaChecks(self.ctx, self.poller, self._rundir, self.settings, self.clock)
@@ -140,11 +150,12 @@ class Supervisor:
         self.authenticate(ready)
         self.receive_clients(ready)
         self.receive_media(ready)
-        self.receive_workers(ready)
+        self.receive_workers()
         self.expire_deadlines()
         self.dispatch()
         self.send_answers()
         self.watch_workers()
+        self.guard_fds()
         self.reloads.advance()
         self.finish_drain()
         self.report()
@@ -152,6 +163,8 @@ class Supervisor:
     def close(self) -> None:
         # Client sockets first: a client connected to several daemons sees this one go at once
         # and sends elsewhere whatever it still awaits from here (final replies still leave: LINGER).
+        if hasattr(self, "peers"):
+            self.peers.close_monitors()     # their PAIR sockets would hold ctx.term() for ever
         for sock in getattr(self, "public", []) + [getattr(self, "control", None)]:
             if sock is not None:
                 sock.close()
@@ -167,8 +180,8 @@ class Supervisor:
             self.zap.close()
         if hasattr(self, "ctx"):
             self.ctx.term()
-        for path in self._bound_ipc:
-            path.unlink(missing_ok=True)
+        for listener in self._listeners:
+            listener.remove_file()      # only while it is still ours: never another user's socket
         if getattr(self, "_rundir", None):
             shutil.rmtree(self._rundir, ignore_errors=True)
         if self.signals is not None:
@@ -201,16 +214,19 @@ class Supervisor:
     def _start_metrics(self) -> None:
         if self.settings.metrics_port is None:
             return
+        host = self.settings.metrics_host
+        shown = f"[{host}]" if ":" in host else host
         try:
-            port = self.metrics.serve(self.settings.metrics_port)
+            port = self.metrics.serve(self.settings.metrics_port, host)
         except OSError as exc:
-            raise StartupError(f"cannot serve metrics on 127.0.0.1:{self.settings.metrics_port}: {exc}") from None
-        self.metrics_url = f"http://127.0.0.1:{port}/metrics"
+            raise StartupError(f"cannot serve metrics on {shown}:{self.settings.metrics_port}: {exc}") from None
+        self.metrics_url = f"http://{shown}:{port}/metrics"
 
     def _start_gateway(self) -> None:
         if self.settings.http is None:
             return
         self.gateway = GatewayProcess(self.ctx, self.poller, self._rundir, self.settings, self.clock)
+        self.inbox.gateway_sock = self.gateway.sock
         self.gateway.start(self.metrics_url)
 
     def transport(self, sock) -> str:
@@ -219,10 +235,11 @@ class Supervisor:
 
     def _bind_client_socket(self, endpoint: str, flag: str, mode: int | None = None):
         keys = self._curve_keys if self.zap is not None else None
-        sock, path = bind_router(self.ctx, endpoint, self.settings.max_message_bytes, keys,
-                                 self.settings.socket_mode if mode is None else mode, flag=flag)
-        if path is not None:
-            self._bound_ipc.append(path)
+        sock, listener = bind_router(self.ctx, endpoint, self.settings.max_message_bytes, keys,
+                                     self.settings.socket_mode if mode is None else mode, flag=flag)
+        self._listeners.append(listener)
+        self.peers.watch(sock)
+        self.inbox.watched.add(sock)
         self.poller.register(sock, zmq.POLLIN)
         return sock
 
@@ -258,16 +275,10 @@ class Supervisor:
             self.zap.handle()
 
     def receive_clients(self, ready: dict) -> None:
+        # Every client socket, whatever poll saw: a turn cut short by the budget left some waiting.
+        self.peers.read()
         gateway = [self.gateway.sock] if self.gateway is not None else []
-        for sock in self.public + ([self.control] if self.control else []) + gateway:
-            if sock not in ready:
-                continue
-            for _ in range(RECEIVE_BURST):
-                try:
-                    frames = sock.recv_multipart(zmq.NOBLOCK)
-                except zmq.Again:
-                    break
-                self.handle_message(sock, frames)
+        self.inbox.take(self.public + ([self.control] if self.control else []) + gateway, self.handle_message)
 
     def receive_media(self, ready: dict) -> None:
         if self.media is not None:
@@ -287,9 +298,8 @@ class Supervisor:
             entry.media = outcome
             self.queue.push(entry)
 
-    def receive_workers(self, ready: dict) -> None:
-        if self.backend not in ready:
-            return
+    def receive_workers(self) -> None:
+        # Whatever poll saw: after a long turn, heartbeats wait here that poll knew nothing of.
         for _ in range(RECEIVE_BURST):
             try:
                 ident, payload = self.backend.recv_multipart(zmq.NOBLOCK)
@@ -346,6 +356,7 @@ class Supervisor:
                 self.reply_error(entry, outcome)
 
     def watch_workers(self) -> None:
+        self.receive_workers()     # a worker is judged on everything it has said, not on what poll saw
         for worker, cause in self.pool.hung():
             event(log, "worker_hung", level=logging.WARNING, index=worker.slot, pid=worker.pid, cause=cause)
             worker.kill(cause)
@@ -353,11 +364,23 @@ class Supervisor:
             self.on_worker_exit(worker)
         self.pool.retire_idle()
         if self.media is not None:
+            self.receive_media(None)      # likewise a check that finished is not judged overdue
             for entry, ok, outcome in self.media.watch():
                 self.media_checked(entry, ok, outcome)
         if self.gateway is not None:
             # While stopping, one that exits is reaped but not started again.
             self.gateway.watch(restart=not (self.state == "draining" and self._exiting))
+
+    def guard_fds(self) -> None:
+        self.peers.read()
+        self.fd_guard.check()
+
+    def busy_fds(self) -> set:
+        """Descriptors of peers holding a request: never closed for being idle."""
+        entries = list(self.queue) + [e for w in self.pool.workers for e in w.inflight.values()]
+        if self.media is not None:
+            entries += self.media.entries()
+        return {e.envelope.peer.fd for e in entries if getattr(e.envelope, "peer", None) is not None}
 
     def finish_drain(self) -> None:
         if self.state != "draining":
@@ -382,14 +405,16 @@ class Supervisor:
             self.metrics.gauges(len(self.queue), self.queue.max_depth, self.pool.inflight(),
                                 [w.state for w in self.pool.workers], self.state == "ready")
             self.metrics.prefix_cache_stats(prefix_cache(self))
+            self.metrics.descriptors(self.fd_guard.describe())
         self.overloads.flush()
-        self.dropped.flush()
+        self.outbox.dropped.flush()
         if self.notifier.watchdog_s is not None and now >= self._next_watchdog:
             self.notifier.watchdog()
             self._next_watchdog = now + self.notifier.watchdog_s
         if now >= self._next_report:
             self._next_report = now + REPORT_EVERY_S
             self.notifier.status(self.status_line())     # while loading too: "starting: 1/2 workers"
+            self.outbox.forget_gone()
 
     def status_line(self) -> str:
         """systemd's STATUS=: workers up, queue depth, decide replies per second since the last line."""
@@ -400,8 +425,7 @@ class Supervisor:
 
     # --- client messages -------------------------------------------------
 
-    def handle_message(self, sock, frames: list) -> None:
-        envelope, payload = frames[:-1], frames[-1]
+    def handle_message(self, sock, envelope: list, payload: bytes) -> None:
         received = self.clock()
         try:
             request = decode_request(payload)
@@ -412,6 +436,8 @@ class Supervisor:
         try:
             if request.op in CONTROL_OPS and sock is not self.control:
                 raise ForbiddenError(f"{request.op} is a control op; send it to the control endpoint")
+            if request.op in CONTROL_OPS and not may_control(envelope):
+                raise ForbiddenError(f"{request.op} is a control op; only the daemon's own user may send it")
             handler = getattr(self, f"op_{request.op}")
             result = handler(sock, envelope, request, received, payload)
         except JevanyError as exc:
@@ -454,10 +480,10 @@ class Supervisor:
         return {"pong": True, "version": __version__}
 
     def op_status(self, sock, envelope, request, received, payload):
-        return self.status()
+        return self.status(private=sock is self.control)
 
     def op_models(self, sock, envelope, request, received, payload):
-        return {"models": [self.model_description()]}
+        return {"models": [self.model_description(private=sock is self.control)]}
 
     def op_clear_cache(self, sock, envelope, request, received, payload):
         ready = [w for w in self.pool.workers if w.ready_once and w.state != STOPPING and w.kill_cause is None]
@@ -625,21 +651,13 @@ class Supervisor:
         return reply
 
     def send(self, sock, envelope: list, reply: dict) -> None:
-        try:
-            sock.send_multipart([*envelope, pack(reply)], zmq.NOBLOCK)
-        except zmq.Again:
-            # The client's pipe is full (it stopped reading): drop rather than
-            # block every other client behind it.
-            self.dropped.hit(cause="client not reading")
-        except zmq.ZMQError as exc:
-            if exc.errno != zmq.EHOSTUNREACH:
-                raise
-            self.dropped.hit(cause="client gone")
+        self.outbox.send(sock, envelope, pack(reply))     # to the connection that asked, within its bounds
 
     # --- status ----------------------------------------------------------
 
-    def model_description(self) -> dict:
-        return describe_model(self)
+    def model_description(self, private: bool = True) -> dict:
+        return describe_model(self, private)
 
-    def status(self) -> dict:
-        return daemon_status(self)
+    def status(self, private: bool = True) -> dict:
+        """private: for the control endpoint, with what one client must not learn of another's requests."""
+        return daemon_status(self, private)

@@ -33,7 +33,7 @@ from jevany_client.errors import DeadlineExceededError, InternalError, JevanyErr
 from jevany_client.protocol import decode_request
 
 from jevany_daemon.engine.faults import DeviceLost
-from jevany_daemon.media.policy import unchanged
+from jevany_daemon.media.files import PrivateCopies, read_verified
 
 from . import channel
 from .logs import event
@@ -50,6 +50,7 @@ class WorkerLoop:
         self.queue: deque = deque()     # admitted, as Pending (item: Admitted), waiting for a pass
         self.tags: dict[int, object] = {}   # id(Admitted) -> the supervisor's tag
         self.deadlines: dict[int, float] = {}   # id(Admitted) -> monotonic time it must not be scored after
+        self.copies: dict[int, PrivateCopies] = {}   # id(Admitted) -> its media's private copies, until answered
         self.ready: list = []           # [tag, ok, result or error] to send with the next answer
         self.launched = None            # the pass on the device
         self.seq = 0                    # the last hand-over read
@@ -107,28 +108,35 @@ class WorkerLoop:
         if not self.received:
             return
         items, self.received = self.received, []
-        bodies, tags, origins, deadlines = [], [], [], []
+        bodies, tags, origins, tenants, deadlines, copies = [], [], [], [], [], []
         now = time.monotonic()
         for tag, payload, *extra in items:
-            origin, media, left = (extra + [None, None, None])[:3]
+            origin, media, left, tenant = (extra + [None] * 4)[:4]
+            mine = PrivateCopies()     # checked media, decoded from here rather than from their paths
             try:
-                bodies.append(_body(payload, media))
-            except JevanyError as exc:
+                bodies.append(_body(payload, media, mine))
+            except Exception as exc:   # noqa: BLE001 - becomes this request's typed or internal error
+                mine.close()
+                if not isinstance(exc, JevanyError):
+                    exc = InternalError(f"admission failed: {type(exc).__name__}: {exc}")
                 self.ready.append(_wire(tag, exc))
-                continue
-            except Exception as exc:   # noqa: BLE001 - becomes this request's internal error
-                self.ready.append(_wire(tag, InternalError(f"admission failed: {type(exc).__name__}: {exc}")))
                 continue
             tags.append(tag)
             origins.append(origin)
+            tenants.append(tenant)
             deadlines.append(None if left is None else now + float(left))
-        for tag, deadline, admitted in zip(tags, deadlines, self.engine.admit_many(bodies, origins)):
+            copies.append(mine)
+        admitted_all = self.engine.admit_many(bodies, origins, tenants)
+        for tag, deadline, mine, admitted in zip(tags, deadlines, copies, admitted_all):
             if isinstance(admitted, JevanyError):
+                mine.close()
                 self.ready.append(_wire(tag, admitted))
             else:
                 self.tags[id(admitted)] = tag
                 if deadline is not None:
                     self.deadlines[id(admitted)] = deadline
+                if mine.fds:
+                    self.copies[id(admitted)] = mine
                 self.queue.append(self.engine.pending(admitted))
 
     def launch(self) -> None:
@@ -154,6 +162,7 @@ class WorkerLoop:
             key = id(pending.item)
             if self.deadlines.get(key, now + 1) <= now:
                 del self.deadlines[key]
+                self._release(key)
                 error = DeadlineExceededError("timeout_ms passed before scoring began")
                 self.ready.append(_wire(self.tags.pop(key), error))
             else:
@@ -178,8 +187,14 @@ class WorkerLoop:
             self.launch()         # the device starts the next pass while this one is answered
         outcomes = self.engine.passes.finish(launched)
         for admitted, outcome in zip(launched.batch, outcomes):
+            self._release(id(admitted))
             self.ready.append(_wire(self.tags.pop(id(admitted)), outcome))
         self.answer()
+
+    def _release(self, key: int) -> None:
+        copies = self.copies.pop(key, None)
+        if copies is not None:
+            copies.close()
 
     def answer(self) -> None:
         """The replies ready, with the statistics and the passes run since the last message."""
@@ -192,16 +207,15 @@ class WorkerLoop:
         self.sock.send(channel.encode(kind, answers, stats, records, self.seq))
 
 
-def _body(payload: bytes, media) -> dict:
+def _body(payload: bytes, media, copies: PrivateCopies) -> dict:
     """A request's body as the worker scores it. The supervisor already accepted the message;
     decoding it again here, with the same strict decoder, is what keeps queued requests at their
-    wire size."""
+    wire size. Media: the bytes the checker checked, read once more and verified, then decoded
+    from this process's own copy, never from a path another user could swap (media/files.py)."""
     body = decode_request(payload).body
-    if media:     # the files as the supervisor's media checker resolved and checked them
-        for _kind, path, *checked in media:
-            if checked:
-                unchanged(path, checked[0])    # swapped since the check: its caps no longer hold
-        body = {**body, "media": [{"type": item[0], "uri": item[1]} for item in media]}
+    if media:
+        body = {**body, "media": [{"type": kind, "uri": copies.add(read_verified(path, checked))}
+                                  for kind, path, checked in media]}
     return body
 
 

@@ -73,7 +73,8 @@ class WorkerHandle:
         if self.state != BUSY:
             self.state, self.busy_since = BUSY, now
         # The time each has left, not its deadline: the worker drops what expired before its pass began.
-        items = [[e.tag, e.payload, e.transport, e.media, None if e.deadline is None else e.deadline - now]
+        items = [[e.tag, e.payload, e.transport, e.media, None if e.deadline is None else e.deadline - now,
+                  e.tenant]
                  for e in entries]
         backend.send_multipart([self.identity, channel.encode(channel.BATCH, items, self.handed)])
 

@@ -301,3 +301,32 @@ def test_bf16_answers_with_the_cache_stay_within_bf16_noise(tiny_model):
         for i, qid in report["decisions_changed"]:                  # only where two options nearly tie
             probs = sorted(expected[i % len(expected)]["answers"][qid]["probabilities"].values())
             assert probs[-1] - probs[-2] < 2 * report["max_abs_diff"], (i, qid, probs)
+
+
+def test_a_tenants_entries_are_its_own_the_head_is_everyones():
+    cache = PrefixCache(max_entries=8, max_bytes=1 << 20, min_tokens=1)
+    cache.pin((1, 2), fake_cache(10))
+    assert cache.put((1, 2, 3, 4), fake_cache(10), tenant="alice")
+    assert cache.peek((1, 2, 3, 4, 5), "alice") == 4
+    assert cache.peek((1, 2, 3, 4, 5), "bob") == 2 and cache.peek((1, 2, 3, 4, 5)) == 2   # the head alone
+    assert cache.get((1, 2, 3, 4), "bob") is None and cache.get((1, 2, 3, 4), "alice") is not None
+    assert cache.put((1, 2, 3, 4), fake_cache(10), tenant="bob")      # the same state: bob's now, not shared
+    assert cache.peek((1, 2, 3, 4), "alice") == 2 and cache.peek((1, 2, 3, 4), "bob") == 4
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])
+def test_requests_of_different_tenants_never_share_a_cached_state(loaded_model, arch):
+    # Whether a state is cached shows in how fast it is answered; a tenant must learn nothing of another's.
+    reference, cached = _engines(loaded_model, arch, "choice")
+    body = REQUESTS[0]
+    expected = _alone(reference, [body])
+    cached.score([cached.admit(body, tenant="alice")])
+    hits = cached.memory.hits
+    passes = _count_tokens(cached)
+    got = cached.score([cached.admit(body, tenant="bob")])
+    assert cached.memory.hits == hits                              # bob's lookup did not see alice's entry
+    assert sum(n for _, n, _ in passes) > len(cached.admit(body).encoded.stem) - len(cached.encoder.head)
+    _assert_same(expected, got)
+    again = cached.score([cached.admit(body, tenant="bob")])       # bob's own entry serves bob
+    assert cached.memory.hits == hits + 1
+    _assert_same(expected, again)

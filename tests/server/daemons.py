@@ -27,10 +27,11 @@ def wait_for(condition, within_s: float, what: str, poll_s: float = 0.05):
 class Daemon:
     """One `jevany-daemon serve` subprocess with its own ipc endpoints and log.
 
-    model None leaves --model out, so the --config file or the environment names it.
+    model None leaves --model out, so the --config file or the environment names it; preexec runs in the
+    daemon's process before it starts (a lowered descriptor limit).
     """
 
-    def __init__(self, directory: Path, model: Path | None, *args: str, env: dict | None = None):
+    def __init__(self, directory: Path, model: Path | None, *args: str, env: dict | None = None, preexec=None):
         self.dir = directory
         self.socket = directory / "d.sock"
         self.endpoint = f"ipc://{self.socket}"
@@ -42,7 +43,7 @@ class Daemon:
             self.proc = subprocess.Popen(
                 [sys.executable, "-m", "jevany_daemon", "serve", *model_args,
                  "--bind", self.endpoint, "--control", self.control, *args],
-                stdout=out, stderr=subprocess.STDOUT, env=env,
+                stdout=out, stderr=subprocess.STDOUT, env=env, preexec_fn=preexec,
             )
 
     def wait_ready(self) -> None:

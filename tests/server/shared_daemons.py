@@ -20,10 +20,11 @@ def fault_env(triggers: Path) -> dict:
 
 
 @contextmanager
-def running_daemon(model: Path, *args: str, env: dict | None = None):
+def running_daemon(model: Path, *args: str, env: dict | None = None, preexec=None, directory: Path | None = None):
     """A ready daemon for a module's tests; stopped (killed if it will not stop) and cleaned up after."""
     # ipc paths must stay short (about 100 bytes), so not under pytest's tmp_path
-    daemon = Daemon(Path(tempfile.mkdtemp(prefix="jvd-")), model, *args, env=env)
+    directory = directory or Path(tempfile.mkdtemp(prefix="jvd-"))
+    daemon = Daemon(directory, model, *args, env=env, preexec=preexec)
     try:
         daemon.wait_ready()
         yield daemon

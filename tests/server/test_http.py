@@ -88,7 +88,7 @@ def test_every_route_answers_as_jevany_does(start_daemon):
     assert http.request("GET", "/health")[::2] == (200, {"status": "ready"})
     status, _, spec = http.request("GET", "/openapi.json")
     assert status == 200 and {"/v1/systemone", "/v1/models", "/health"} <= set(spec["paths"])
-    assert http.request("GET", "/docs")[0] == 200
+    assert http.request("GET", "/docs")[0] == 404       # off: its page would load scripts from a CDN
 
     status, headers, text = http.request("GET", "/metrics")
     assert status == 200 and headers["content-type"].startswith("text/plain")

@@ -86,6 +86,15 @@ def test_every_awkward_value_in_one_record_parses_back(caplog):
     assert parse_message(message) == {"event": "many", **fields}
 
 
+@pytest.mark.parametrize("value", ["\x1b[31mred\x1b[0m", "bell\x07", "right\u202eto-left", "del\x7f", "\x00nul",
+                                   "\u2066isolate\u2069", "zero\u200bwidth"], ids=repr)
+def test_a_client_chosen_value_never_reaches_the_log_raw(caplog, value):
+    # A request id with an escape sequence recoloured the operator's terminal; a right-to-left
+    # override reordered the line. Every character that is not printable is written escaped.
+    message = logged(caplog, "request", id=value)
+    assert message.isprintable() and parse_message(message) == {"event": "request", "id": value}
+
+
 @pytest.mark.parametrize("level, shown", [("INFO", ["info", "warning", "error"]),
                                           ("warning", ["warning", "error"]),     # any case
                                           ("ERROR", ["error"])])

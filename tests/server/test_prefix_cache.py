@@ -1,4 +1,5 @@
-"""The prefix cache through a daemon: hits show in status, models and metrics; clear_cache reports what it dropped."""
+"""The prefix cache through a daemon: hits show in the control endpoint's status and models, and in metrics;
+clear_cache reports what it dropped."""
 import re
 import urllib.request
 
@@ -18,8 +19,9 @@ def test_a_kept_state_is_not_computed_again_and_clear_cache_empties_every_worker
     with daemon.client(timeout=60) as client:
         first = client.decide_many(BODIES)
         again = client.decide_many(BODIES)            # each worker has now seen the state at least once
-        status = client.status()
-        models = client.models()["models"][0]
+    with daemon.control_client(timeout=60) as control:     # the counters are the control endpoint's alone
+        status = control.status()
+        models = control.models()["models"][0]
     cache = status["prefix_cache"]
     assert cache["enabled"] and cache["min_tokens"] == 16 and cache["max_entries"] == 4
     assert 1 <= cache["size"] <= 2 and cache["hits"] >= len(BODIES) * 2 - 2 and cache["bytes"] > 0
@@ -38,16 +40,17 @@ def test_a_kept_state_is_not_computed_again_and_clear_cache_empties_every_worker
         assert control.clear_cache() == {"cleared": 0}
     with daemon.client(timeout=60) as client:
         client.decide_many(BODIES[:1])
-        assert client.status()["prefix_cache"]["size"] == 1
+    with daemon.control_client(timeout=60) as control:
+        assert control.status()["prefix_cache"]["size"] == 1
 
 
 def test_the_cache_can_be_turned_off(start_daemon):
     daemon = start_daemon("--prefix-cache", "0", "--prefix-min-tokens", "16")
     with daemon.client(timeout=60) as client:
         client.decide_many(BODIES * 2)
-        cache = client.status()["prefix_cache"]
-    assert not cache["enabled"] and cache["size"] == cache["hits"] == 0
     with daemon.control_client(timeout=60) as control:
+        cache = control.status()["prefix_cache"]
+        assert not cache["enabled"] and cache["size"] == cache["hits"] == 0
         assert control.clear_cache() == {"cleared": 0}
 
 

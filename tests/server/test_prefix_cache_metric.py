@@ -15,7 +15,8 @@ def agreed(daemon) -> dict:
     """status's figures once every series of the metric shows them (the gauges are set on the daemon's tick)."""
 
     def same():
-        metrics, status = scrape(daemon), daemon.status()["prefix_cache"]
+        with daemon.control_client(timeout=30) as control:      # the counters are the control endpoint's alone
+            metrics, status = scrape(daemon), control.status()["prefix_cache"]
         shown = {what: metrics.get(("jevany_prefix_cache", (("what", what),))) for what in WHATS}
         return {what: status[what] for what in WHATS} if shown == {w: float(status[w]) for w in WHATS} else None
 

@@ -120,9 +120,9 @@ def test_a_hand_over_that_arrives_while_a_pass_runs_is_admitted_then_and_reporte
     admitted_during_pass = []
     admit_many = engine.admit_many
 
-    def admit(batch, origins):
+    def admit(batch, origins, tenants):
         admitted_during_pass.append(any(e[0] == "launch" for e in events) and not any(e[0] == "finish" for e in events))
-        return admit_many(batch, origins)
+        return admit_many(batch, origins, tenants)
 
     engine.admit_many = admit
     events = _order_of(engine, lambda: supervisor.inbound.extend(
@@ -153,3 +153,24 @@ def test_what_a_worker_took_ahead_and_held_past_its_deadline_is_never_scored(loa
     assert outcomes[1][0] is False and outcomes[1][1]["code"] == "deadline_exceeded"
     assert outcomes[0][0] and outcomes[2][0]
     assert engine.stats.as_dict()["requests"] == 2      # scored: the two with time left, never the late one
+
+
+def test_each_requests_tenant_reaches_the_engine(loaded_model):
+    # The supervisor's tenant salt (a CurveZMQ key's, an ipc uid's, the HTTP token's) rides as the
+    # hand-over item's last field; the engine keys its prefix cache by it.
+    engine = Engine(loaded_model("qwen3", "pointer"), EngineConfig(max_batch_size=8))
+    seen, admit_many = [], engine.admit_many
+
+    def admit(bodies, origins, tenants):
+        out = admit_many(bodies, origins, tenants)
+        seen.extend(a.tenant for a in out)
+        return out
+
+    engine.admit_many = admit
+    [body] = workloads.short(1, seed=3)
+    payload = encode_request("r", "decide", body)
+    hand_over = [[0, payload, "zmq", None, None, "a" * 32], [1, payload, "http", None, 30.0, None], [2, payload]]
+    supervisor = FakeSupervisor((channel.BATCH, hand_over, 1), (channel.STOP,))
+    run(engine, supervisor)
+    assert sorted(tag for _, answers, _ in supervisor.answers() for tag, ok, _ in answers if ok) == [0, 1, 2]
+    assert seen == ["a" * 32, None, None]

@@ -1,0 +1,166 @@
+"""What every HTTP request passes before the routes see it: the token, then the body's size and counts.
+
+FastAPI reads and parses a body before any dependency runs, so the token
+dependency came too late: a 315 MB body without a token was read and parsed
+(954 MB at the gateway's peak) before its 401, and with a token a 105 MB one
+got its 413 only after parsing. This middleware, outside FastAPI:
+
+- answers 401 from the headers alone, the body unread, wherever the token is
+  required (everywhere but /health and the API description);
+- answers 413 for a declared Content-Length past --max-message-bytes at once,
+  and for a streamed body as soon as it passes it, never buffering more;
+- holds at most BODY_BUDGET bytes of bodies across requests, else 429 with
+  Retry-After: a thousand concurrent 8 MB bodies are not 8 GB of gateway;
+- counts a JSON body's maps, arrays and values before it is parsed, and
+  refuses past the daemon's own caps (protocol.py) with its 422: a body of
+  2.7 million empty maps would cost seconds of the gateway's one event loop;
+- makes a redirect's Location a path, so the Host header a client sent is
+  never echoed back.
+
+Each refusal closes the connection: the rest of an unread body is not worth
+reading.
+"""
+import hmac
+import json
+import re
+
+from jevany_client.protocol import MAX_CONTAINERS, MAX_VALUES
+
+from .replies import ERROR_CODE_HEADER, RETRY_AFTER_S
+
+PUBLIC_PATHS = frozenset(("/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"))
+BODY_BUDGET_MESSAGES = 8        # bodies of --max-message-bytes the gateway may hold at once
+_STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
+
+
+class RequestGuard:
+    def __init__(self, app, token: str | None, max_body_bytes: int):
+        self.app, self.token, self.max_body = app, token, max_body_bytes
+        self.budget = max_body_bytes * BODY_BUDGET_MESSAGES
+        self.holding = 0
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        headers = dict(scope["headers"])
+        if self.token is not None and scope["path"] not in PUBLIC_PATHS and not self._authorized(headers):
+            return await _refuse(send, 401, "unauthorized", "a valid 'Authorization: Bearer TOKEN' header is "
+                                 "required", {b"www-authenticate": b"Bearer"})
+        declared = _content_length(headers)
+        if declared is not None and declared > self.max_body:
+            return await _refuse(send, 413, "invalid_request", _too_large(declared, self.max_body))
+        if not _has_body(scope, headers):
+            return await self.app(scope, receive, _local_redirects(send))
+        reserve = declared if declared is not None else self.max_body
+        if self.holding + reserve > self.budget:
+            return await _refuse(send, 429, "overloaded", "the HTTP gateway holds as many request bodies as it "
+                                 "may; retry later", {b"retry-after": RETRY_AFTER_S.encode()})
+        self.holding += reserve
+        try:
+            body = await self._read(receive)
+            if body is None:
+                return await _refuse(send, 413, "invalid_request", _too_large(None, self.max_body))
+            problem = _count_problem(body) if _is_json(headers) else None
+            if problem is not None:
+                return await _refuse(send, 422, "invalid_request", problem)
+            return await self.app(scope, _replay(body, receive), _local_redirects(send))
+        finally:
+            self.holding -= reserve
+
+    def _authorized(self, headers: dict) -> bool:
+        scheme, _, given = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
+
+    async def _read(self, receive) -> bytes | None:
+        """The whole body, or None as soon as it passes the limit (what was read is let go)."""
+        chunks, size = [], 0
+        while True:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                break
+            chunk = message.get("body", b"")
+            size += len(chunk)
+            if size > self.max_body:
+                return None
+            chunks.append(chunk)
+            if not message.get("more_body", False):
+                break
+        return b"".join(chunks)
+
+
+def _content_length(headers: dict) -> int | None:
+    raw = headers.get(b"content-length")
+    return int(raw) if raw is not None and raw.strip().isdigit() else None
+
+
+def _has_body(scope, headers: dict) -> bool:
+    return scope["method"] in ("POST", "PUT", "PATCH") or b"transfer-encoding" in headers \
+        or bool(_content_length(headers))
+
+
+def _is_json(headers: dict) -> bool:
+    kind = headers.get(b"content-type", b"application/json").split(b";")[0].strip().lower()
+    return kind == b"application/json" or kind.endswith(b"+json")
+
+
+def _count_problem(body: bytes) -> str | None:
+    """The daemon's caps on values and containers, checked on the JSON text before anything parses it.
+
+    Brackets and commas count containers and values from above; only when that bound is over a
+    cap are the strings taken out (where brackets and commas may stand for themselves) and the
+    count made exact.
+    """
+    containers = body.count(b"{") + body.count(b"[")
+    values = body.count(b",") + containers
+    if containers <= MAX_CONTAINERS and values <= MAX_VALUES:
+        return None
+    bare = _STRINGS.sub(b'""', body)
+    containers = bare.count(b"{") + bare.count(b"[")
+    values = bare.count(b",") + containers
+    if containers <= MAX_CONTAINERS and values <= MAX_VALUES:
+        return None
+    return (f"the body holds more than {MAX_VALUES:,} values or {MAX_CONTAINERS:,} objects and arrays; "
+            "no decision request needs that many")
+
+
+def _too_large(size: int | None, limit: int) -> str:
+    what = f"the request body is {size:,} bytes" if size is not None else "the request body is bigger than that"
+    return f"{what}; the daemon accepts at most {limit:,} (its --max-message-bytes, JEVANY_MAX_MESSAGE_BYTES)"
+
+
+def _replay(body: bytes, receive):
+    sent = False
+
+    async def replayed():
+        nonlocal sent
+        if not sent:
+            sent = True
+            return {"type": "http.request", "body": body, "more_body": False}
+        return await receive()      # after the body: only a disconnect can come
+
+    return replayed
+
+
+def _local_redirects(send):
+    """Starlette builds a redirect's Location from the request's Host header; keep only its path."""
+    async def sending(message):
+        if message["type"] == "http.response.start" and 300 <= message["status"] < 400:
+            message = {**message, "headers": [(k, _path_only(v) if k.lower() == b"location" else v)
+                                              for k, v in message.get("headers", [])]}
+        await send(message)
+    return sending
+
+
+def _path_only(location: bytes) -> bytes:
+    match = re.match(rb"^[a-zA-Z][a-zA-Z0-9+.-]*://[^/?#]*", location)
+    rest = location[match.end():] if match else location
+    return b"/" + rest.lstrip(b"/\\")      # one slash: "//host" would name a host again
+
+
+async def _refuse(send, status: int, code: str, message: str, extra: dict | None = None) -> None:
+    body = json.dumps({"detail": message}).encode()
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+               (ERROR_CODE_HEADER.lower().encode(), code.encode()), (b"connection", b"close"),
+               *(extra or {}).items()]
+    await send({"type": "http.response.start", "status": status, "headers": headers})
+    await send({"type": "http.response.body", "body": body})
