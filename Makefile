@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: install demo test bench bench-quick clean node-example
+.PHONY: install demo test bench bench-quick clean node-example wheelhouse
 
 install: $(VENV)/.installed
 
@@ -46,6 +46,19 @@ bench: install
 bench-quick: install
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints-cpu.txt -e '.[bench]'
 	$(PY) benchmarks/bench.py --quick
+
+# An offline GPU host's packages (README, "Serving a real checkpoint on a GPU"): every pin of
+# constraints-gpu.txt and our two packages as wheels for the host's Python and platform, never
+# torch (the host has its CUDA build), then a check that the folder meets every requirement.
+# Downloads: run it on a connected machine. (Not PY=: PY is the venv's interpreter here.)
+PYTHON_VERSION ?= 3.12
+PLATFORM       ?= manylinux_2_28_x86_64
+HOST_TORCH     ?= 2.11.0
+WHEELHOUSE     ?= wheelhouse
+
+wheelhouse:
+	$(PYTHON) scripts/wheelhouse.py --out $(WHEELHOUSE) --python-version $(PYTHON_VERSION) \
+		--platform $(PLATFORM) --provided torch==$(HOST_TORCH)
 
 clean:
 	rm -rf $(VENV) .pytest_cache $(NODE_EXAMPLE)/node_modules
