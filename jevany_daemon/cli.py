@@ -218,6 +218,12 @@ def serve(
                                           show_default=False),
     log_requests: bool = typer.Option(None, "--log-requests/--no-log-requests", help="One log line per request. "
                                       "[default: off]", show_default=False),
+    public_cache_counters: bool = typer.Option(None, "--public-cache-counters/--no-public-cache-counters",
+                                               help="Show the prefix cache's hits and misses on the public "
+                                               "endpoints and /v1/models, as JevAny does. Only where every "
+                                               "client is one tenant: a hit tells one client what another "
+                                               "sent. [default: off: on the control endpoint only]",
+                                               show_default=False),
     metrics_port: int = typer.Option(None, "--metrics-port", help="Serve Prometheus metrics on "
                                      "http://METRICS_HOST:PORT/metrics; 0 picks a free port (see status). "
                                      "[default: off]", show_default=False),
@@ -334,7 +340,8 @@ def serve(
                  max_branch_tokens=max_branch_tokens, max_padding_waste=max_padding_waste, layout=layout,
                  batch_policy=batch_policy, prefix_cache=prefix_cache, prefix_min_tokens=prefix_min_tokens,
                  prefix_cache_bytes=prefix_cache_bytes, max_queue=max_queue, max_message_bytes=max_message_bytes,
-                 log_requests=log_requests, http=http, http_token_file=http_token_file, date_facts=date_facts,
+                 log_requests=log_requests, public_cache_counters=public_cache_counters, http=http,
+                 http_token_file=http_token_file, date_facts=date_facts,
                  choice_temperature=choice_temperature, choice_native_weight=choice_native_weight,
                  choice_max_tokens=choice_max_tokens, media_root=media_root, media_max_bytes=media_max_bytes,
                  media_total_bytes=media_total_bytes, media_max_pixels=media_max_pixels,

@@ -26,7 +26,10 @@ def model_entry(description: dict) -> dict:
     entry = dict(description)
     entry["readout"] = "choice" if description.get("readout") == "choice" else "native"
     ours = description.get("prefix_cache") or {}
-    entry["prefix_cache"] = {**ours, "size": ours.get("max_entries", 0), "cached_states": ours.get("size", 0),
+    # JevAny's keys, always; its counters null where the daemon keeps them off the public endpoints
+    # (--public-cache-counters shows them: one tenant only).
+    entry["prefix_cache"] = {**ours, "size": ours.get("max_entries", 0), "cached_states": ours.get("size"),
+                             "hits": ours.get("hits"), "misses": ours.get("misses"),
                              "min_state_tokens": ours.get("min_tokens", 0)}
     return entry
 

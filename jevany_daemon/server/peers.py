@@ -100,7 +100,10 @@ class Peers:
             self.read()        # accepted since the last read: its event is waiting
             conn = self.conns.get(fd)
         if conn is None:
-            return Peer(fd, None)      # never reported (should not happen): replies go, unbound
+            # Not reported (yet): replies go, unbound. Who sent it is the frame's own metadata, so its
+            # requests still get their tenant: a cache namespace never depends on the monitor's timing.
+            uid, tenant = identify(frame)
+            return Peer(fd, None, uid, tenant)
         conn.seen, conn.heard = self.clock(), True
         if not conn.who:
             uid, tenant = identify(frame)

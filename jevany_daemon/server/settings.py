@@ -60,6 +60,9 @@ class ServeSettings:
     max_queue: int = 1024
     max_message_bytes: int = 8 << 20
     log_requests: bool = False
+    # Prefix-cache counters on the public endpoints too (as JevAny shows them): for one-tenant hosts only,
+    # as a hit tells one client what another sent (status.py).
+    public_cache_counters: bool = False
     metrics_port: int | None = None   # Prometheus on METRICS_HOST:PORT; 0 picks a free port; None: off
     metrics_host: str = "127.0.0.1"   # the metrics endpoint's address; off loopback it needs --insecure
     curve_secret_key: str | None = None       # server key file; TCP endpoints then require CURVE
@@ -149,7 +152,7 @@ _INTS = {"max_queue", "max_message_bytes", "max_batch_size", "max_packed_tokens"
          "prefix_cache", "prefix_min_tokens", "prefix_cache_bytes", "choice_max_tokens", *MEDIA_CAPS}
 _FLOATS = {"max_padding_waste", "heartbeat_timeout", "batch_timeout", "max_memory_gib", "simulate_accelerator",
            "choice_temperature", "choice_native_weight", "temperature", "media_check_timeout", "lora_scale"}
-_BOOLS = {"log_requests", "insecure", "date_facts", "merge", "merge_bf16"}
+_BOOLS = {"log_requests", "insecure", "date_facts", "merge", "merge_bf16", "public_cache_counters"}
 
 
 def _from_env(env) -> dict:

@@ -105,7 +105,9 @@ def prefix_cache(sup, private: bool = True) -> dict:
              "max_bytes": engine.prefix_cache_bytes, "min_tokens": engine.prefix_min_tokens,
              # JevAny's names for two of these
              "cached_states": total["size"], "min_state_tokens": engine.prefix_min_tokens}
-    return cache if private else {k: cache[k] for k in CACHE_SETUP}
+    if private or sup.settings.public_cache_counters:
+        return cache
+    return {k: cache[k] for k in CACHE_SETUP}
 
 
 def describe_model(sup, private: bool = True) -> dict:

@@ -154,7 +154,7 @@ def test_a_bomb_over_http_is_refused_before_the_gateway_parses_it(daemon):
     bomb = b'{"state": [' + b"{}," * 2_000_000 + b'{}], "questions": {"u": {"type": "noul"}}}'
     started = time.monotonic()
     reply = _post(daemon.port, bomb)
-    assert _status_line(reply) == 422 and b"x-jevany-error-code: invalid_request" in reply.lower()
+    assert _status_line(reply) == 422 and b"x-jevany-daemon-error: invalid_request" in reply.lower()
     assert b"more than 1,048,576 values" in reply
     assert time.monotonic() - started < 3.0
 
@@ -360,9 +360,29 @@ def test_the_cache_counters_are_shown_on_the_control_endpoint_only(daemon):
     with daemon.client(timeout=30) as client:
         public = client.status()["prefix_cache"]
         described = client.models()["models"][0]["prefix_cache"]
-    assert set(public) == set(described) == {"enabled", "max_entries", "max_bytes", "min_tokens"}
+    assert set(public) == set(described) == {"enabled", "max_entries", "max_bytes", "min_tokens", "min_state_tokens"}
     private = _control(daemon)["prefix_cache"]
     assert {"hits", "misses", "reused_tokens", "size", "bytes"} <= set(private)
+
+
+def test_public_cache_counters_show_them_everywhere_for_a_one_tenant_host():
+    from types import SimpleNamespace
+
+    from jevany_daemon.gateway.jevany_view import model_entry
+    from jevany_daemon.server.settings import ServeSettings
+    from jevany_daemon.server.status import prefix_cache
+
+    report = {"enabled": True, "size": 3, "hits": 5, "misses": 7, "bytes": 10}
+    worker = SimpleNamespace(stats={"prefix_cache": report})
+
+    def shown(**settings):
+        sup = SimpleNamespace(settings=ServeSettings(**settings), pool=SimpleNamespace(serving=lambda: [worker]))
+        return prefix_cache(sup, private=False)
+
+    assert "hits" not in shown() and model_entry({"prefix_cache": shown()})["prefix_cache"]["hits"] is None
+    opened = shown(public_cache_counters=True)
+    assert (opened["hits"], opened["misses"]) == (5, 7)
+    assert model_entry({"prefix_cache": opened})["prefix_cache"]["cached_states"] == 3
 
 
 # --- items 3 and 9: the worker decodes what was checked, or refuses -----------------------------------------

@@ -111,8 +111,8 @@ def test_the_gateway_passes_a_salt_of_its_token_and_the_worker_receives_each_req
         entries = [Entry(tag, None, Envelope.of([b"id"], Peer(None, None, tenant=t)), tag, b"m", 0.0, None)
                    for tag, t in ((1, salt.decode()), (2, None))]
         worker.hand_over(backend, entries, 0.0)
-        kind, items = channel.decode(worker_end.recv())
-        assert kind == channel.BATCH and [item[4] for item in items] == [salt.decode(), None]
+        kind, items, _seq = channel.decode(worker_end.recv())
+        assert kind == channel.BATCH and [item[5] for item in items] == [salt.decode(), None]
     finally:
         ctx.destroy(linger=0)
 
