@@ -10,6 +10,10 @@ says so in an HTML comment just above it:
 skipped. A `jevany-daemon serve` line is started, must become ready on the
 default endpoint, and must exit 0 on SIGTERM. docs/REQUESTS.md's JSON bodies
 are decided too, and its worked example is checked against the code.
+
+The pages point at each other's sections, so every relative link of the
+README, the docs pages and tests/README.md must lead to a file that is there
+and, where it names one, a heading that is there.
 """
 import json
 import os
@@ -25,10 +29,11 @@ import pytest
 from jevany_client import JevClient, JevTimeoutError
 from jevany_client.answers import shape_answer
 from jevany_client.schema import parse_decision
-from tests.docs import DOCS, README, ROOT, pages
+from tests.docs import DOCS, README, ROOT, headings, is_relative, links, pages, slug
 from tests.server.daemons import READY_WITHIN_S, STOP_WITHIN_S, wait_for
 
 REQUESTS = DOCS / "REQUESTS.md"
+TESTS_README = ROOT / "tests" / "README.md"
 NOT_RUN = re.compile(r"<!-- example: not run by the README test: (?P<why>.+?) -->")
 COMMAND_S = 180
 
@@ -224,3 +229,45 @@ def test_requests_md_examples_are_accepted_and_its_worked_example_adds_up(sandbo
         probabilities = list(answer["probabilities"].values())
         assert shape_answer(asked[qid], probabilities) == answer, qid
 
+
+def broken_links(path: Path, root: Path = ROOT) -> list[str]:
+    """What is wrong with each relative link of a page: no such file, or no such heading there."""
+    out = []
+    for line, target in links(path.read_text()):
+        if not is_relative(target):
+            continue
+        file, _, anchor = target.partition("#")
+        dest = (path.parent / file).resolve() if file else path.resolve()
+        where = f"{path.relative_to(root)}:{line}: {target}"
+        if not dest.exists():
+            out.append(f"{where}: no such file")
+        elif anchor and dest.suffix != ".md":
+            out.append(f"{where}: an anchor into a file that is not a page")
+        elif anchor and anchor not in {h.anchor for h in headings(dest)}:
+            out.append(f"{where}: no heading with that anchor in {dest.relative_to(root)}")
+    return out
+
+
+def test_every_relative_link_points_at_a_file_and_heading_that_exist():
+    documents = [README, TESTS_README] + sorted(DOCS.glob("*.md"))
+    assert sum(len(links(path.read_text())) for path in documents) > 100, "the links were not found"
+    problems = [p for path in documents for p in broken_links(path)]
+    assert problems == [], "\n".join(problems)
+
+
+def test_the_link_check_knows_githubs_anchors_and_sees_a_broken_link(tmp_path):
+    assert slug("Across hosts: CurveZMQ") == "across-hosts-curvezmq"
+    assert slug("`noul`: a yes/no probability") == "noul-a-yesno-probability"
+    assert slug("1. Body fields") == "1-body-fields"
+    tmp_path = tmp_path.resolve()
+    (tmp_path / "other.md").write_text("# Other\n\n## Its part\n")
+    page = tmp_path / "page.md"
+    page.write_text("# Title\n\n## Media\n\n### Media\n\n"
+                    "[a](#media-1) [b](#title) [c](other.md#its-part) [d](gone.md) [e](#nope) [f](other.md#gone)\n"
+                    "`[g](gone-too.md)` [h](https://example.org/nowhere)\n\n"
+                    "```sh\n# not a heading\n[i](gone-three.md)\n```\n")
+    assert [h.anchor for h in headings(page)] == ["title", "media", "media-1"]
+    assert broken_links(page, tmp_path) == [
+        "page.md:7: gone.md: no such file",
+        "page.md:7: #nope: no heading with that anchor in page.md",
+        "page.md:7: other.md#gone: no heading with that anchor in other.md"]
