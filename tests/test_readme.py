@@ -1,12 +1,19 @@
-"""The README's and docs/REQUESTS.md's examples, run as written, so they cannot rot.
+"""The examples of the README and of every page under docs/, run as written, so they cannot rot.
 
-Every ```sh and ```python block of the README runs, in README order, from one
-scratch directory (the README's own relative paths, like runs/tiny, land
-there), against a real daemon on the default endpoint. A block that cannot run
-here (it needs root, a GPU, an hour) says so in an HTML comment just above it:
+Every ```sh and ```python block of the README and then of the docs pages runs,
+in page order (the README, then the pages in the order its map, "The docs",
+lists them) and in order within a page, from one scratch directory (the pages'
+relative paths, like runs/tiny, land there), against a real daemon on the
+default endpoint. A block that cannot run here (it needs root, a GPU, an hour)
+says so in an HTML comment just above it:
 `<!-- example: not run by the README test: WHY -->`, and nothing else is
 skipped. A `jevany-daemon serve` line is started, must become ready on the
-default endpoint, and must exit 0 on SIGTERM.
+default endpoint, and must exit 0 on SIGTERM. docs/REQUESTS.md's JSON bodies
+are decided too, and its worked example is checked against the code.
+
+The pages point at each other's sections, so every relative link of the
+README, the docs pages and tests/README.md must lead to a file that is there
+and, where it names one, a heading that is there.
 """
 import json
 import os
@@ -22,23 +29,18 @@ import pytest
 from jevany_client import JevClient, JevTimeoutError
 from jevany_client.answers import shape_answer
 from jevany_client.schema import parse_decision
+from tests.docs import DOCS, README, ROOT, headings, is_relative, links, pages, slug
 from tests.server.daemons import READY_WITHIN_S, STOP_WITHIN_S, wait_for
 
-ROOT = Path(__file__).resolve().parent.parent
-README = ROOT / "README.md"
-REQUESTS = ROOT / "docs" / "REQUESTS.md"
+REQUESTS = DOCS / "REQUESTS.md"
+TESTS_README = ROOT / "tests" / "README.md"
 NOT_RUN = re.compile(r"<!-- example: not run by the README test: (?P<why>.+?) -->")
 COMMAND_S = 180
-
-pytestmark = pytest.mark.skipif(
-    sys.prefix == sys.base_prefix,
-    reason="the README's commands live in the project's .venv; run the tests from it (make test)",
-)
 
 
 @dataclass
 class Block:
-    line: int          # the fence's line in its file, for failure messages
+    where: str         # the file and the fence's line in it, for failure messages
     lang: str
     text: str
     not_run: str | None
@@ -56,7 +58,7 @@ def blocks(path: Path, langs: tuple[str, ...]) -> list[Block]:
         if fence[1] in langs:
             above = next((x for x in reversed(lines[:i]) if x.strip()), "")
             marker = NOT_RUN.fullmatch(above.strip())
-            found.append(Block(i + 1, fence[1], "\n".join(lines[i + 1:end]),
+            found.append(Block(f"{path.relative_to(ROOT)}:{i + 1}", fence[1], "\n".join(lines[i + 1:end]),
                                marker["why"] if marker else None))
         i = end + 1
     return found
@@ -129,7 +131,7 @@ class Sandbox:
         assert code == 0, f"{where}: exited {code} on SIGTERM:\n{self.log.read_text()}"
 
     def ensure_daemon(self) -> None:
-        """The README's first serve line, kept serving; a fresh one after a block drained it."""
+        """The front door's serve line, kept serving; a fresh one after a block drained it."""
         if self.daemon is not None and self.daemon.poll() is None and self._state() == "ready":
             return
         self.stop_daemon()
@@ -149,29 +151,44 @@ class Sandbox:
 
 @pytest.fixture(scope="module")
 def sandbox(tmp_path_factory):
+    if sys.prefix == sys.base_prefix:
+        pytest.skip("the README's commands live in the project's .venv; run the tests from it (make test)")
     box = Sandbox(tmp_path_factory.mktemp("readme"), tmp_path_factory.mktemp("readme-cache"))
     yield box
     box.stop_daemon()
 
 
+def examples() -> list[Block]:
+    """Every sh and python block, in the order they run: the README, then the pages of its map."""
+    return [block for page in pages() for block in blocks(page, ("sh", "python"))]
+
+
+def test_every_docs_page_is_in_the_readmes_map_so_its_examples_run():
+    assert sorted(pages()[1:]) == sorted(DOCS.glob("*.md")), "a page under docs/ missing from the README's map"
+
+
 def test_every_example_runs_or_says_why_not():
-    found = blocks(README, ("sh", "python"))
-    assert len(found) >= 15, "the README's examples were not found"
+    found = examples()
+    assert len(found) >= 35, "the examples of the README and docs/ were not found"
     for block in found:
-        assert block.not_run is None or len(block.not_run) > 10, f"README.md:{block.line}: say why"
-    # The examples a new user tries first are never exempt.
+        assert block.not_run is None or len(block.not_run) > 10, f"{block.where}: say why"
+    # The examples a new user tries first are never exempt: the README's first request, and the pages'.
+    front = "\n".join(b.text for b in blocks(README, ("sh", "python")) if b.not_run is None)
+    for must in ("jevany-daemon serve", "JevClient()", "jevany-client decide", "jevany-ctl status"):
+        assert must in front, f"no README example that runs uses {must}"
     run = "\n".join(b.text for b in found if b.not_run is None)
     for must in ("jevany-daemon serve", "JevClient()", "decide_many", "JevModel.load",
-                 "jevany-ctl status", "jevany-client decide", "jevany-ctl drain"):
-        assert must in run, f"no README example that runs uses {must}"
+                 "jevany-ctl status", "jevany-client decide", "jevany-ctl drain", "AsyncJevClient",
+                 "jevany-eval"):
+        assert must in run, f"no example that runs uses {must}"
 
 
 def test_readme_examples_run_as_written(sandbox):
     ran = 0
-    for block in blocks(README, ("sh", "python")):
+    for block in examples():
         if block.not_run is not None:
             continue
-        where = f"README.md:{block.line}"
+        where = block.where
         if block.lang == "python":
             sandbox.ensure_daemon()
             sandbox.run([sys.executable, "-c", block.text], where)
@@ -188,7 +205,7 @@ def test_readme_examples_run_as_written(sandbox):
             else:
                 sandbox.run(["bash", "-o", "pipefail", "-c", command], f"{where}: `{command}`")
             ran += 1
-    assert ran >= 15
+    assert ran >= 30
     # What the examples left behind is what they promised.
     assert (sandbox.dir / "runs" / "tiny" / "head.pt").is_file()
     assert (sandbox.dir / "request.json").is_file()
@@ -211,3 +228,46 @@ def test_requests_md_examples_are_accepted_and_its_worked_example_adds_up(sandbo
     for qid, answer in worked.items():
         probabilities = list(answer["probabilities"].values())
         assert shape_answer(asked[qid], probabilities) == answer, qid
+
+
+def broken_links(path: Path, root: Path = ROOT) -> list[str]:
+    """What is wrong with each relative link of a page: no such file, or no such heading there."""
+    out = []
+    for line, target in links(path.read_text()):
+        if not is_relative(target):
+            continue
+        file, _, anchor = target.partition("#")
+        dest = (path.parent / file).resolve() if file else path.resolve()
+        where = f"{path.relative_to(root)}:{line}: {target}"
+        if not dest.exists():
+            out.append(f"{where}: no such file")
+        elif anchor and dest.suffix != ".md":
+            out.append(f"{where}: an anchor into a file that is not a page")
+        elif anchor and anchor not in {h.anchor for h in headings(dest)}:
+            out.append(f"{where}: no heading with that anchor in {dest.relative_to(root)}")
+    return out
+
+
+def test_every_relative_link_points_at_a_file_and_heading_that_exist():
+    documents = [README, TESTS_README] + sorted(DOCS.glob("*.md"))
+    assert sum(len(links(path.read_text())) for path in documents) > 100, "the links were not found"
+    problems = [p for path in documents for p in broken_links(path)]
+    assert problems == [], "\n".join(problems)
+
+
+def test_the_link_check_knows_githubs_anchors_and_sees_a_broken_link(tmp_path):
+    assert slug("Across hosts: CurveZMQ") == "across-hosts-curvezmq"
+    assert slug("`noul`: a yes/no probability") == "noul-a-yesno-probability"
+    assert slug("1. Body fields") == "1-body-fields"
+    tmp_path = tmp_path.resolve()
+    (tmp_path / "other.md").write_text("# Other\n\n## Its part\n")
+    page = tmp_path / "page.md"
+    page.write_text("# Title\n\n## Media\n\n### Media\n\n"
+                    "[a](#media-1) [b](#title) [c](other.md#its-part) [d](gone.md) [e](#nope) [f](other.md#gone)\n"
+                    "`[g](gone-too.md)` [h](https://example.org/nowhere)\n\n"
+                    "```sh\n# not a heading\n[i](gone-three.md)\n```\n")
+    assert [h.anchor for h in headings(page)] == ["title", "media", "media-1"]
+    assert broken_links(page, tmp_path) == [
+        "page.md:7: gone.md: no such file",
+        "page.md:7: #nope: no heading with that anchor in page.md",
+        "page.md:7: other.md#gone: no heading with that anchor in other.md"]

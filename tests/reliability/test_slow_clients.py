@@ -49,7 +49,7 @@ def counted(endpoint: str) -> int:
 def no_slower(before: dict, after: dict) -> bool:
     # Every probe answered (a client stuck behind another is never answered within probe's own
     # limit); the latency bound only catches seconds of slowdown, so a loaded 2-core machine keeps
-    # it. The measured p50s are printed, and listed in the README's table.
+    # it. The measured p50s are printed, and listed in docs/RELIABILITY.md's table.
     return after["outcomes"] == {"ok": after["n"]} and after["p50_ms"] < 3 * before["p50_ms"] + 2000
 
 
@@ -86,7 +86,7 @@ def test_a_client_that_sends_and_never_reads(daemon):
           f"first {HELD_AT_MOST}); supervisor RSS "
           f"{rss_before} -> {rss_after} kB; probe p50 {before['p50_ms']} -> {after['p50_ms']} ms")
     assert no_slower(before, after), (before, after)
-    # The README's promise: the daemon holds at most 1000 replies for it (the ROUTER's send high-water
+    # docs/RELIABILITY.md's promise: the daemon holds at most 1000 replies for it (the ROUTER's send high-water
     # mark). More reach the client only through the transport's own buffers, which hold bytes, not
     # messages (measured: 1000 to 1500 replies in all, at most 24 kB beyond the first 1000; with no mark,
     # all 10,020 and 424 kB).

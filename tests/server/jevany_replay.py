@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Callable
 
 CASES: list["Case"] = []
-# Cases where we chose to differ from JevAny, each with the README's words for why (its "Coming from
-# JevAny" departures table says so; the suite checks the table has them).
+# Cases where we chose to differ from JevAny, each with docs/COMING-FROM-JEVANY.md's words for why (its
+# departures table says so; the suite checks the table has them).
 DEPARTURES = {
     "letter_runtime: the choice readout reports no prefix cache [choice]":
         "our choice readout keeps a prefix cache",

@@ -1,5 +1,5 @@
 """JevAny's own server cases (tests/server/jevany_replay.py) against our gateway's routes: every one matches,
-or is a departure the README lists with its reason.
+or is a departure docs/COMING-FROM-JEVANY.md lists with its reason.
 
 The pointer checkpoint is served by a real daemon (`serve --http`, a media root holding an image); the
 choice readout by the same routes on a model in this process (jevany_daemon.asgi.create_app(model=...)),
@@ -18,12 +18,13 @@ from jevany_daemon import asgi
 from jevany_daemon.config import EngineConfig
 from jevany_daemon.engine.engine import Engine
 
+from ..docs import DOCS, section
 from .asgi_thread import serving
 from .daemons import Daemon, wait_for
 from .http_proc import free_port
 from .jevany_replay import CASES, DEPARTURES, Server, _healthy, replay
 
-README = Path(__file__).resolve().parents[2] / "README.md"
+JEVANY_PAGE = DOCS / "COMING-FROM-JEVANY.md"
 
 
 @pytest.fixture(scope="module")
@@ -56,11 +57,13 @@ def test_every_jevany_case_matches_or_is_a_listed_departure(servers):
     assert len(outcomes) == len(CASES) - 2 and len(CASES) >= 130      # the two media cases: the daemon's alone
     unexpected = {c.name: why for c, why in outcomes if why is not None and c.name not in DEPARTURES}
     assert unexpected == {}
-    # a departure that now matches is no longer one: the list and the README must say so
+    # a departure that now matches is no longer one: the list and the page must say so
     assert {c.name for c, why in outcomes if why is not None} == set(DEPARTURES)
 
 
-def test_the_readme_lists_each_departure_with_its_reason():
-    section = README.read_text().split("## Coming from JevAny", 1)[1].split("\n## ", 1)[0]
+def test_coming_from_jevany_lists_each_departure_with_its_reason():
+    """The "Coming from JevAny" page (the README's section until it became a page) gives each reason."""
+    listed = section(JEVANY_PAGE, "Coming from JevAny")
+    assert "Where we differ from JevAny, and why" in listed
     for reason in DEPARTURES.values():
-        assert re.search(re.escape(reason), section, re.IGNORECASE), reason
+        assert re.search(re.escape(reason), listed, re.IGNORECASE), reason

@@ -14,6 +14,8 @@ import pytest
 from jevany_daemon.server.sdnotify import Notifier
 from jevany_daemon.server.settings import ENGINE_FIELDS, LOAD_FIELDS, SERVE_FIELDS
 
+from ..docs import DOCS, pages, section
+
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = ROOT / "systemd" / "jevany-daemon.service"
 ENV_FILE = ROOT / "systemd" / "jevany-daemon.env"
@@ -41,10 +43,10 @@ def test_the_unit_has_what_operations_rely_on():
         assert directives.get(name), name
 
 
-def test_the_readme_install_steps_match_the_unit():
-    """What the unit points at is what the README installs, and a CPU host never pulls the CUDA torch."""
-    readme = (ROOT / "README.md").read_text()
-    steps = readme[readme.index("### systemd"):]
+def test_the_install_steps_match_the_unit():
+    """What the unit points at is what the install steps (docs/OPERATING.md, "systemd") install, and a CPU
+    host never pulls the CUDA torch."""
+    steps = section(DOCS / "OPERATING.md", "systemd")
     steps = steps[:steps.index("```", steps.index("```sh") + 5)]
     directives = dict(line.split("=", 1) for line in UNIT.read_text().splitlines()
                       if "=" in line and not line.startswith("#"))
@@ -53,7 +55,8 @@ def test_the_readme_install_steps_match_the_unit():
     assert "pip install -c constraints-cpu.txt" in steps
     env_file = directives["EnvironmentFile"].lstrip("-")
     assert f"install -D -m 0640 -g jevany systemd/jevany-daemon.env {env_file}" in steps   # -D makes /etc/jevany
-    assert "sudo -u jevany jevany-ctl" not in readme                 # the service user has no PATH to find it
+    for page in pages():                                              # the service user has no PATH to find it
+        assert "sudo -u jevany jevany-ctl" not in page.read_text(), page.name
 
 
 def test_the_environment_file_documents_every_setting():
