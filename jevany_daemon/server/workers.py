@@ -147,6 +147,12 @@ def worker_launch(identity: str, backend: str, settings: dict, env=os.environ) -
     """The worker's command line and environment: it is shown only the GPUs it serves, by its own names."""
     view = worker_view(settings["device"], env)
     worker_env = worker_environment(env)
+    # OpenMP's threads, once a parallel region ends, spin for a while before they sleep (libgomp's
+    # default). With client processes on the same cores, the spinning threads take the cores the
+    # next region needs: a pass then cost 3x its CPU time and 2-3x its wall time, at random
+    # (benchmarks/omp_wait.py). Passive waiting costs nothing measurable when the cores are free.
+    # An operator's own setting wins.
+    worker_env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     if view.cuda_visible is not None:
         worker_env["CUDA_VISIBLE_DEVICES"] = view.cuda_visible
     argv = [sys.executable, "-m", "jevany_daemon.server.worker", "--backend", backend, "--identity", identity,

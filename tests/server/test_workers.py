@@ -67,7 +67,8 @@ def test_a_gpu_worker_is_shown_only_its_gpu_and_calls_it_cuda_0():
     settings = {"device": "cuda:1", "heartbeat_timeout": 10.0, "batch_timeout": 120.0, "model": "/m"}
     env = {"CUDA_VISIBLE_DEVICES": "2,3", "NOTIFY_SOCKET": "/run/systemd/notify", "HOME": "/home/j"}
     argv, worker_env = worker_launch("w0.1", "ipc:///tmp/b", settings, env)
-    assert worker_env == {"CUDA_VISIBLE_DEVICES": "3", "HOME": "/home/j"}     # systemd's variables stay ours
+    # systemd's variables stay ours; OpenMP waits passively (workers.py says why)
+    assert worker_env == {"CUDA_VISIBLE_DEVICES": "3", "HOME": "/home/j", "OMP_WAIT_POLICY": "PASSIVE"}
     assert launched_settings(argv) == {**settings, "device": "cuda:0"}
     assert argv[argv.index("--identity") + 1] == "w0.1" and argv[argv.index("--backend") + 1] == "ipc:///tmp/b"
 
@@ -80,6 +81,13 @@ def test_a_device_map_worker_is_shown_every_gpu_of_its_list():
     argv, worker_env = worker_launch("w0.1", "ipc:///tmp/b", {**settings, "device": "cuda"},
                                      {"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b"})
     assert worker_env["CUDA_VISIBLE_DEVICES"] == "GPU-a,GPU-b" and launched_settings(argv)["device"] == "cuda"
+
+
+def test_a_workers_openmp_threads_wait_passively_unless_the_operator_says_otherwise():
+    _, worker_env = worker_launch("w0.1", "ipc:///tmp/b", {"device": "cpu"}, {})
+    assert worker_env["OMP_WAIT_POLICY"] == "PASSIVE"
+    _, worker_env = worker_launch("w0.1", "ipc:///tmp/b", {"device": "cpu"}, {"OMP_WAIT_POLICY": "ACTIVE"})
+    assert worker_env["OMP_WAIT_POLICY"] == "ACTIVE"
 
 
 def test_a_cpu_worker_sees_no_gpu():
