@@ -1,6 +1,9 @@
 """The daemon: a supervisor process that owns the sockets and the queue, and worker processes that own the model.
 
-supervisor.py  the one loop: receive → admit → dispatch → reply, signals, drain
+supervisor.py  the one loop and its phases: receive → admit → dispatch → reply, signals, drain
+client_ops.py  each client message: decoded, allowed or refused, its op run (decide, status, control ops)
+worker_events.py  each worker message (hello, early answers, results, cleared, failed) and exit
+lifecycle.py   what the loop runs on, opened before its first turn and closed after its last
 admission.py   the bounded request queue and deadlines
 pool.py        every worker process, by generation (serving, incoming during a reload, retiring)
 workers.py     one worker as the supervisor sees it: hand-over, heartbeat and batch deadlines, exit causes
