@@ -28,6 +28,7 @@ metrics.py     Prometheus metrics
 signals.py     signal handlers that only set flags
 status.py      live counters behind the status op
 settings.py    flag > environment > TOML > default, validated before weights load
+validation.py  the rules settings must meet, checked before any weights load
 logs.py        one key=value line per event; rate-limited events
 
 Nothing here but worker.py imports torch, so a CUDA fault cannot take the sockets down.
