@@ -22,7 +22,6 @@ figure that load moves less. Writes JSON to --out.
 import argparse
 import json
 import os
-import platform
 import random
 import re
 import resource
@@ -32,7 +31,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from harness import HERE, ClientPool, Daemon, median
+from harness import HERE, ClientPool, Daemon, machine, median, write_result
 from jevany_daemon import workloads
 from jevany_daemon.model.tiny import build_tiny_model
 
@@ -124,8 +123,7 @@ def main() -> None:
         daemon.stop()
     ratio = median([r["ratio"] for r in rounds])
     result = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
-                    "loadavg_at_end": os.getloadavg()},
+        "machine": machine(loadavg_at_end=os.getloadavg()),
         "settings": {"model": "tiny qwen3, choice readout, fp32, cpu", "max_batch_size": 32, "items": n_items,
                      "rounds": n_rounds, "concurrency": args.concurrency, "workload": "workloads.short(seed=3)",
                      "quick": args.quick},
@@ -138,9 +136,7 @@ def main() -> None:
     print(f"{n_items} items, {args.concurrency} in flight: daemon {result['daemon_rps']:.1f} req/s, "
           f"jevany-eval {result['eval_rps']:.1f} items/s: {ratio:.2f}x (target >= 0.9x: "
           f"{'met' if ratio >= 0.9 else 'NOT met'})")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
-    print(f"wrote {args.out}")
+    write_result(result, args.out)
 
 
 if __name__ == "__main__":

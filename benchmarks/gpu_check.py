@@ -46,23 +46,18 @@ import argparse
 import gc
 import importlib.util
 import itertools
-import json
-import math
 import os
-import platform
 import shutil
 import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 import traceback
-from concurrent.futures import ProcessPoolExecutor, ThreadPoolExecutor
+from concurrent.futures import ProcessPoolExecutor
 from contextlib import contextmanager
 from multiprocessing import get_context
 from pathlib import Path
-from types import SimpleNamespace
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")           # nothing here may reach the network
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
@@ -72,8 +67,10 @@ try:
 
     import sdpa_probe
     from bench import InProcess, idle_latency, real_tokens, summary
+    from gpu_daemons import CPU_THREADS, CheckDaemon, CheckError, Fleet, close_pool, daemon_name
     from gpu_parity import DTYPES, LAYOUTS, READOUTS, parity_phase
-    from harness import ClientPool, Daemon, median, percentile, process_tree
+    from gpu_report import judge, print_speed, print_targets
+    from harness import ClientPool, machine, median, percentile, write_result
     from jevany_daemon import workloads
     from jevany_daemon.model.kernels import strict_fp32
     from jevany_daemon.model.loading import load_model
@@ -88,21 +85,11 @@ HERE = Path(__file__).resolve().parent
 EXIT_MET, EXIT_NOT_MET, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
 
 SPEED_MODEL = ("qwen3_5", "choice")     # what users run: the hybrid model, the default readout
-PARITY_FP32_BOUND = 1e-5
-SPEED_BOUNDS = {"fp32": 3.0, "bf16": 6.0}
 BUDGET_S = 480                          # the 8 minutes a GPU run must fit
-# On --cpu, torch runs one thread here and in each daemon worker: the run shares its cores
-# with client processes and other daemons, and OpenMP threads that wait on each other made
-# it many times slower (parity alone: 28 s on one thread, 350 s on two, on a busy 2-core host).
-CPU_THREADS = 1
 
 SIZES = {   # (GPU, --cpu): see the module docstring
     "clients": (32, 8), "requests": (192, 32), "rounds": (3, 2), "parity_n": (64, 16), "idle_requests": (32, 16),
 }
-
-
-class CheckError(Exception):
-    """The check could not finish; the message says why (exit 3)."""
 
 
 class Aborted(BaseException):
@@ -117,8 +104,7 @@ def machine_info(device: str) -> dict:
     import transformers
 
     info = {"device": device, "device_name": "cpu", "torch": torch.__version__,
-            "transformers": transformers.__version__, "python": platform.python_version(),
-            "cpus": os.cpu_count(), "cuda": torch.version.cuda,
+            "transformers": transformers.__version__, **machine(), "cuda": torch.version.cuda,
             # the fast Gated DeltaNet kernels; without them transformers runs a slower torch fallback
             "kernels": {name: importlib.util.find_spec(name) is not None for name in ("fla", "causal_conv1d")}}
     if device == "cuda":
@@ -170,108 +156,6 @@ def build_models(shape: str, root: Path, workers: int) -> dict:
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
         futures = {key: pool.submit(build_tiny_model, *job) for key, job in jobs.items()}
         return {key: f.result() for key, f in futures.items()}
-
-
-# --- the daemons --------------------------------------------------------------
-
-class CheckDaemon(Daemon):
-    """bench's Daemon, made safe to give up on: a failed start or stop never leaves it running."""
-
-    def __init__(self, name: str, model_dir: Path, device: str, dtype: str, batch: int, starting: list):
-        self.name = name
-        starting.append(self)      # visible before it is ready, so an abort can kill it mid-start
-        serve_args = ["--cpu-threads", str(CPU_THREADS)] if device == "cpu" else []
-        try:
-            super().__init__(model_dir, SimpleNamespace(device=device, dtype=dtype, serve_args=serve_args), batch,
-                             "adaptive")
-        except Exception as exc:
-            self.kill()
-            raise CheckError(f"daemon {name} did not start: {exc} (its log, if any, is above)") from exc
-
-    def kill(self) -> None:
-        """SIGTERM (the daemon drains and stops its workers), then SIGKILL the whole tree."""
-        proc = getattr(self, "proc", None)
-        if proc is None or proc.poll() is not None:
-            return
-        tree = process_tree(proc.pid)
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            for pid in reversed(tree):
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            proc.wait()
-
-    def stop(self) -> None:
-        try:
-            super().stop()
-        except Exception as exc:
-            print(f"gpu-check: daemon {self.name} did not stop cleanly ({exc!r}); killing it", file=sys.stderr)
-        self.kill()
-
-
-class Fleet:
-    """Every daemon of the run. They start in threads while parity runs in-process (parity is not
-    timed, and a 0.8B daemon takes many seconds to load); stop() always leaves none running."""
-
-    def __init__(self):
-        self.starting: list[CheckDaemon] = []
-        self.ready: dict[str, CheckDaemon] = {}
-        self._threads = ThreadPoolExecutor(max_workers=8, thread_name_prefix="daemon-start")
-        self._futures = {}
-
-    def launch(self, name: str, model_dir: Path, device: str, dtype: str, batch: int) -> None:
-        self._futures[name] = self._threads.submit(CheckDaemon, name, model_dir, device, dtype, batch, self.starting)
-
-    def wait(self) -> dict[str, CheckDaemon]:
-        errors = []
-        for name, future in self._futures.items():
-            try:
-                self.ready[name] = future.result()
-            except CheckError as exc:
-                errors.append(str(exc))
-        if errors:
-            raise CheckError("; ".join(errors))
-        return self.ready
-
-    def stop(self) -> None:
-        # kill those still starting until every start has returned: a start may not have its process yet
-        deadline = time.monotonic() + 60
-        while not all(f.done() for f in self._futures.values()) and time.monotonic() < deadline:
-            for d in list(self.starting):
-                d.kill()
-            time.sleep(0.2)
-        self._threads.shutdown(wait=False)
-        for f in self._futures.values():
-            if f.done() and f.exception() is None:
-                self.ready[f.result().name] = f.result()
-        for d in self.ready.values():
-            d.stop()
-        for d in self.starting:
-            d.kill()
-
-
-def close_pool(pool: ClientPool) -> None:
-    """bench's ClientPool.close, but a client that is stuck or gone is killed rather than waited on."""
-    for conn in pool.conns:
-        try:
-            conn.send(None)
-        except OSError:
-            pass
-    deadline = time.monotonic() + 10      # for them all: a client mid-run waits on a daemon that is gone
-    for proc in pool.procs:
-        try:
-            proc.wait(max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-
-
-def daemon_name(dtype: str, batch: int) -> str:
-    return f"{dtype}-batch{batch}"
 
 
 # --- speed, idle and memory through the daemons -------------------------------
@@ -343,75 +227,6 @@ def worker_memory(serial: CheckDaemon, batched: CheckDaemon, device: str) -> dic
     memory)."""
     return {label: [{"pid": w["pid"], **(w.get("device_info") or {})} for w in d.client.status()["workers"]]
             for label, d in (("serial", serial), ("batched", batched))}
-
-
-# --- targets and the report -----------------------------------------------------
-
-def judge(result: dict) -> list[dict]:
-    on_gpu = result["machine"]["device"] == "cuda"
-    parity = result.get("parity", [])
-    fp32 = [r for r in parity if r["dtype"] == "fp32"]
-    out = []
-
-    def add(name, value, bound, met, judged=True):
-        out.append({"target": name, "value": value, "bound": bound, "judged": judged,
-                    "met": bool(met) if judged else None})
-
-    if parity:
-        diffs = [r["max_abs_diff"] for r in fp32]     # max() would keep a NaN only if it came first
-        worst = math.nan if any(map(math.isnan, diffs)) else max(diffs, default=0.0)
-        add("parity fp32: max |dp| batched vs serial", worst, f"<= {PARITY_FP32_BOUND:g}",
-            worst <= PARITY_FP32_BOUND)
-        add("parity fp32: decisions changed", sum(r["decisions_changed"] for r in fp32), "== 0",
-            all(r["decisions_changed"] == 0 for r in fp32))
-        bad = sum(r["non_finite"] for r in parity)
-        add("every probability finite (fp32 and bf16, batched and serial)", bad, "== 0 non-finite", bad == 0)
-        errors = sum(r["errors"] + r["mismatched"] for r in parity)
-        add("no parity request failed or answered other questions", errors, "== 0", errors == 0)
-    served = [p["speed"]["daemon_non_finite"] for p in result.get("dtypes", {}).values()]
-    if served and None not in served:      # the daemons count them where status reports it
-        add("daemons: no pass with a non-finite probability (status batching.non_finite)", sum(served), "== 0",
-            sum(served) == 0)
-    for dtype, bound in SPEED_BOUNDS.items():
-        phase = result.get("dtypes", {}).get(dtype)
-        if phase:
-            ratio = phase["speed"]["batched_over_serial"]
-            add(f"{dtype}: batched / serial throughput, {phase['speed']['clients']} clients", ratio,
-                f">= {bound:g}", ratio >= bound, judged=on_gpu)
-    return out
-
-
-def print_speed(dtype: str, speed: dict, idle: dict, memory: dict) -> None:
-    for label in ("serial", "batched"):
-        r = speed[label]
-        print(f"  {dtype} {label:7} (max_batch_size {r['max_batch_size']:>2}, {r['concurrency']} clients): "
-              f"{r['rps']:8.1f} req/s  p50 {r['p50_ms']:8.1f} ms  p99 {r['p99_ms']:8.1f} ms  mean batch "
-              f"{r['mean_batch_size']:5.2f}")
-    print(f"  {dtype} batched / serial: {speed['batched_over_serial']:.2f}x (median of "
-          f"{', '.join(f'{x:.2f}' for x in speed['batched_over_serial_rounds'])}); in-process ideal batches "
-          f"{speed['inprocess_ideal_rps']:.1f} req/s")
-    print(f"  {dtype} idle p50: in-process {idle['inprocess_p50_ms']:.2f} ms, daemon {idle['daemon_p50_ms']:.2f} ms "
-          f"({idle['daemon_over_inprocess']:.3f}x, {idle['overhead_ms']:.2f} ms a request), batched daemon "
-          f"{idle['batched_daemon_p50_ms']:.2f} ms")
-    peak = memory["inprocess_peak_bytes"]
-    workers = [w for ws in memory["workers"].values() for w in ws if w.get("memory_peak_bytes") is not None]
-    peaks = ", ".join(f"{w['memory_peak_bytes'] / 2 ** 30:.2f} GiB" for w in workers) or "n/a"
-    print(f"  {dtype} peak memory in-process: {'n/a (cpu)' if peak is None else f'{peak / 2 ** 30:.2f} GiB'}; "
-          f"workers' peaks: {peaks}")
-
-
-def print_targets(targets: list[dict]) -> None:
-    print("\ntargets")
-    for t in targets:
-        mark = "not judged on cpu" if not t["judged"] else ("met" if t["met"] else "NOT MET")
-        value = f"{t['value']:.3g}" if isinstance(t["value"], float) else t["value"]
-        print(f"  [{mark}] {t['target']}: {value} ({t['bound']})")
-
-
-def write(result: dict, path: Path) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=1))
-    print(f"wrote {path}")
 
 
 # --- the run --------------------------------------------------------------------
@@ -539,7 +354,7 @@ def main(argv=None) -> int:
     print(f"elapsed {result['elapsed_s']:.0f} s ({', '.join(f'{k} {v:.0f}' for k, v in result['phase_s'].items())})")
     if device == "cuda" and args.shape == "0.8b" and result["elapsed_s"] > BUDGET_S:
         print(f"note: over the {BUDGET_S} s budget; lower --requests, --rounds or --parity-n")
-    write(result, out)
+    write_result(result, out)
     if result["error"]:
         print(f"gpu-check: error: {result['error']}", file=sys.stderr)
         return EXIT_ERROR

@@ -1,10 +1,13 @@
-"""What the benchmarks share: timing, daemons started for a run, and a pool of client processes.
+"""What the benchmarks share: timing, daemons started for a run, a pool of client processes, and the
+result's tail: the machine it was measured on, and its JSON written.
 
 A Daemon is a real `jevany_daemon serve` on an ipc socket in a temporary
 directory; a ClientPool is real processes (loadgen.py) that import
 jevany-client and never torch, started once and reused by every measurement.
 """
+import json
 import os
+import platform
 import signal
 import socket
 import statistics
@@ -33,6 +36,20 @@ def percentile(values: list, q: float) -> float:
 
 def median(values: list) -> float:
     return statistics.median(values) if values else 0.0
+
+
+# --- the result -------------------------------------------------------------
+
+def machine(**extra) -> dict:
+    """The machine a result was measured on: its cores, platform and Python, then what a benchmark adds."""
+    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(), **extra}
+
+
+def write_result(result: dict, path: Path) -> None:
+    """The result as JSON at path (its directory made if missing), and a line saying where."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(result, indent=1))
+    print(f"wrote {path}")
 
 
 # --- the daemon -----------------------------------------------------------

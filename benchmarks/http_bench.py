@@ -17,8 +17,6 @@ Targets: HTTP p50 <= ZeroMQ p50 + 1 ms; HTTP throughput >= 0.9x ZeroMQ's.
 import argparse
 import http.client as http_client
 import json
-import os
-import platform
 import socket
 import sys
 import tempfile
@@ -28,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import ClientPool, Daemon, median, percentile   # noqa: E402
+from harness import ClientPool, Daemon, machine, median, percentile, write_result   # noqa: E402
 
 from jevany_client import JevClient   # noqa: E402
 from jevany_daemon import workloads   # noqa: E402
@@ -112,7 +110,7 @@ def main() -> None:
     added_ms = idle["paired_difference_p50_ms"]
     ratio = load["http"]["rps"] / load["zmq"]["rps"]
     result = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
+        "machine": machine(),
         "settings": {"model": "tiny qwen3, choice readout, fp32, cpu", "max_batch_size": 32,
                      "clients": args.clients, "idle_requests": idle_n, "load_requests": load_n,
                      "rounds": n_rounds, "quick": args.quick},
@@ -126,9 +124,7 @@ def main() -> None:
           f"difference {added_ms:+.2f} ms (target <= +1 ms: {'met' if added_ms <= 1.0 else 'NOT met'})")
     print(f"{args.clients} clients: zmq {load['zmq']['rps']:.1f} req/s, http {load['http']['rps']:.1f} req/s "
           f"({ratio:.2f}x; target >= 0.9x: {'met' if ratio >= 0.9 else 'NOT met'})")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
-    print(f"wrote {args.out}")
+    write_result(result, args.out)
 
 
 if __name__ == "__main__":

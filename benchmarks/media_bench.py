@@ -11,9 +11,6 @@ max_batch_size 8, a media root holding generated images) and:
     .venv/bin/python benchmarks/media_bench.py [--out PATH]
 """
 import argparse
-import json
-import os
-import platform
 import sys
 import tempfile
 import time
@@ -22,7 +19,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import ClientPool, Daemon, median, percentile   # noqa: E402
+from harness import ClientPool, Daemon, machine, median, percentile, write_result   # noqa: E402
 
 from jevany_daemon import workloads   # noqa: E402
 from jevany_daemon.model.tiny import build_tiny_model   # noqa: E402
@@ -108,7 +105,7 @@ def main() -> None:
     summary = {k: {f: median([x[f] for x in runs]) for f in ("text_rps", "text_p50_ms")}
                for k, runs in (("alone", alone), ("beside_media", beside))}
     result = {
-        "machine": {"cpus": os.cpu_count(), "platform": platform.platform()},
+        "machine": machine(),
         "settings": {"model": "tiny qwen3_5 multimodal, pointer, fp32, cpu", "max_batch_size": 8,
                      "image": "64x48 PNG", "text_clients": TEXT_CLIENTS, "rounds": args.rounds},
         "image_idle_p50_ms": median(idle), "image_idle_p99_ms": percentile(idle, 0.99),
@@ -121,9 +118,7 @@ def main() -> None:
           f"{summary['alone']['text_p50_ms']:.1f} ms alone; {summary['beside_media']['text_rps']:.1f} req/s, p50 "
           f"{summary['beside_media']['text_p50_ms']:.1f} ms beside a media client "
           f"({result['text_rps_ratio']:.2f}x throughput, {result['text_p50_ratio']:.2f}x p50)")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=1))
-    print(f"wrote {args.out}")
+    write_result(result, args.out)
 
 
 if __name__ == "__main__":

@@ -51,12 +51,13 @@ def tiny_model(
     seed: int = typer.Option(0, "--seed", help="Seed for the random weights; same seed, same model."),
     multimodal: bool = typer.Option(
         False, "--multimodal", help="qwen3_5 only: the conditional-generation model with a tiny vision tower "
-        "and its processor (images and videos).",
+        "and its processor (images and videos). [default: off]", show_default=False,
     ),
     trained: bool = typer.Option(
         False, "--trained", help="Train the starter model instead (about a minute on 2 CPU cores): a qwen3 "
         "pointer checkpoint that routes, rates and prioritises support tickets, with its held-out suite in "
-        "OUT/heldout.jsonl and its held-out accuracy and ECE printed and kept in OUT/training.json.",
+        "OUT/heldout.jsonl and its held-out accuracy and ECE printed and kept in OUT/training.json. "
+        "[default: off]", show_default=False,
     ),
 ) -> None:
     """Build a tiny random model of a real architecture, with a tokenizer trained on the spot.

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 from jevany_client import JevClient, JevTimeoutError
-from jevany_client.cli import format_status
+from jevany_client.status_page import format_status
 
 from jevany_daemon import workloads
 

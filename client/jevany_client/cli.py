@@ -1,7 +1,10 @@
-"""The jevany-client and jevany-ctl command lines.
+"""The jevany-client, jevany-ctl and jevany-eval command lines.
 
 Exit codes: 0 success; 1 the daemon answered with an error; 2 no answer was
 possible (daemon not reachable, bad endpoint, unreadable request file).
+
+Their help has jevany-daemon's plain layout: at most 80 columns, each option's
+default and, where one may set it, its environment variable.
 """
 
 import json
@@ -14,29 +17,28 @@ import typer
 from .endpoints import default_control_endpoint, default_endpoint
 from .errors import JevanyError, JevTimeoutError, JevUnreachableError
 from .questions import media_from_path
+from .status_page import format_models, format_status
 
-client_app = typer.Typer(
-    name="jevany-client",
-    no_args_is_help=True,
-    add_completion=False,
-)
-ctl_app = typer.Typer(
-    name="jevany-ctl",
-    no_args_is_help=True,
-    add_completion=False,
-)
 
-_ENDPOINT_HELP = (
-    "Daemon endpoint. Default: $JEVANY_ENDPOINT, else ipc://$XDG_RUNTIME_DIR/jevany/daemon.sock."
-)
-_CONTROL_HELP = (
-    "Daemon control endpoint. Default: $JEVANY_CONTROL_ENDPOINT, "
-    "else ipc://$XDG_RUNTIME_DIR/jevany/control.sock."
-)
+def _plain_app(name: str, **options) -> typer.Typer:
+    # Plain help, as jevany-daemon's: typer's boxed panels cut it at the terminal's width.
+    return typer.Typer(name=name, add_completion=False, rich_markup_mode=None, **options)
+
+
+client_app = _plain_app("jevany-client", no_args_is_help=True)
+ctl_app = _plain_app("jevany-ctl", no_args_is_help=True)
+
+_ENDPOINT_HELP = "Daemon endpoint. [default: ipc://$XDG_RUNTIME_DIR/jevany/daemon.sock] [env: JEVANY_ENDPOINT]"
+_ENDPOINTS_HELP = ("Daemon endpoint; repeat to spread over several daemons. dns+tcp://NAME:PORT stands for every "
+                   "address of NAME (looked up through $JEVANY_DNS_SERVER where set). "
+                   "[default: ipc://$XDG_RUNTIME_DIR/jevany/daemon.sock] [env: JEVANY_ENDPOINT]")
+_CONTROL_HELP = ("Daemon control endpoint. [default: ipc://$XDG_RUNTIME_DIR/jevany/control.sock] "
+                 "[env: JEVANY_CONTROL_ENDPOINT]")
 _TIMEOUT_HELP = "Seconds to wait for the reply."
-_ROUTING_HELP = ("With several daemons: least_loaded (the default), affinity (a state's head keeps it on one "
-                 "daemon's prefix cache) or round_robin.")
-_JSON_HELP = "Print the raw result as JSON."
+_ROUTING_HELP = ("With several daemons: least_loaded, affinity (a state's head keeps it on one daemon's prefix "
+                 "cache) or round_robin. [default: least_loaded]")
+_JSON_HELP = "Print the raw result as JSON. [default: off]"
+_NONE = " [default: none]"
 
 
 def _fail(code: int, message: str) -> typer.Exit:
@@ -79,16 +81,14 @@ def decide(
     file: str = typer.Argument(
         ..., metavar="FILE.json", help="A decide body as JSON; - reads stdin."
     ),
-    endpoint: list[str] = typer.Option(
-        None, "--endpoint", "-e", help=_ENDPOINT_HELP + " Repeat to spread over several daemons; "
-        "dns+tcp://NAME:PORT stands for every address of NAME."
-    ),
+    endpoint: list[str] = typer.Option(None, "--endpoint", "-e", metavar="ENDPOINT", help=_ENDPOINTS_HELP,
+                                       show_default=False),
     timeout: float = typer.Option(30.0, "--timeout", min=0.001, help=_TIMEOUT_HELP),
-    routing: str = typer.Option(None, "--routing", help=_ROUTING_HELP),
+    routing: str = typer.Option(None, "--routing", help=_ROUTING_HELP, show_default=False),
     media: list[str] = typer.Option(
-        None, "--media", help="An image or video for the request (repeatable): a path in the daemon's media "
-        "root, or relative to it; its suffix says which, or write image:PATH / video:PATH. Added after "
-        "any media in FILE.json."
+        None, "--media", metavar="PATH", help="An image or video for the request (repeatable): a path in the "
+        "daemon's media root, or relative to it; its suffix says which, or write image:PATH / video:PATH. Added "
+        "after any media in FILE.json." + _NONE, show_default=False,
     ),
 ) -> None:
     """Ask one decision and print the result as JSON.
@@ -121,7 +121,7 @@ def _read_body(file: str) -> dict:
 
 # -- jevany-client eval, also installed as jevany-eval ------------------------
 
-eval_app = typer.Typer(name="jevany-eval", add_completion=False)
+eval_app = _plain_app("jevany-eval")
 
 
 def eval_suite(
@@ -129,22 +129,24 @@ def eval_suite(
         ..., metavar="SUITE.jsonl",
         help="One decide body per line, plus labels: {question id: option key | true/false | level index}.",
     ),
-    endpoint: list[str] = typer.Option(
-        None, "--endpoint", "-e", help=_ENDPOINT_HELP + " Repeat to spread over several daemons."
-    ),
+    endpoint: list[str] = typer.Option(None, "--endpoint", "-e", metavar="ENDPOINT", help=_ENDPOINTS_HELP,
+                                       show_default=False),
     concurrency: int = typer.Option(32, "--concurrency", "-n", min=1, help="Requests in flight at once."),
     out: str = typer.Option(
         None, "--out", "-o", metavar="RESULTS.jsonl",
         help="Results, one line per item, appended as they arrive; a rerun skips what is there. "
-        "Default: SUITE.results.jsonl beside the suite.",
+        "[default: SUITE.results.jsonl beside the suite]", show_default=False,
     ),
-    report: str = typer.Option(None, "--report", metavar="REPORT.json", help="Write the report as JSON."),
+    report: str = typer.Option(None, "--report", metavar="REPORT.json", help="Write the report as JSON." + _NONE,
+                               show_default=False),
     plot: str = typer.Option(
-        None, "--plot", metavar="PNG", help="Draw the reliability diagram (needs matplotlib: the plot extra of jevany-client)."
+        None, "--plot", metavar="PNG", help="Draw the reliability diagram (needs matplotlib: the plot extra of "
+        "jevany-client)." + _NONE, show_default=False,
     ),
     compare: str = typer.Option(
         None, "--compare", metavar="OTHER.jsonl",
-        help="Another results file of the same suite: decisions changed, |dp|, paired metric differences.",
+        help="Another results file of the same suite: decisions changed, |dp|, paired metric differences."
+        + _NONE, show_default=False,
     ),
     timeout: float = typer.Option(
         60.0, "--timeout", min=0.001, help="Seconds one request may take, the client's retries included."
@@ -155,17 +157,20 @@ def eval_suite(
         "failing retryably (daemon busy, restarting or gone); a rerun finishes the rest.",
     ),
     progress: bool = typer.Option(True, "--progress/--no-progress", help="Show the progress bar on stderr."),
-    routing: str = typer.Option(None, "--routing", help=_ROUTING_HELP),
+    routing: str = typer.Option(None, "--routing", help=_ROUTING_HELP, show_default=False),
     shard: str = typer.Option(
         None, "--shard", metavar="I/N|auto",
         help="Run only shard I of N (items by a digest of their state); auto reads I and N from a Slurm "
-        "array task or a Kubernetes Indexed Job (JOB_COMPLETION_INDEX, JEVANY_SHARD_COUNT). Default --out: "
-        "SUITE.shard-I-of-N.results.jsonl. Join the shards with `jevany-eval merge`.",
+        "array task or a Kubernetes Indexed Job (JOB_COMPLETION_INDEX, JEVANY_SHARD_COUNT). --out then "
+        "defaults to SUITE.shard-I-of-N.results.jsonl. Join the shards with `jevany-eval merge`. "
+        "[default: the whole suite]",
+        show_default=False,
     ),
     serve: str = typer.Option(
         None, "--serve", metavar="'SERVE ARGS'",
         help="Start a daemon of this run's own with these `jevany-daemon serve` arguments, on a private ipc "
-        "socket, and drain it at exit; its log goes beside the results.",
+        "socket, and drain it at exit; its log goes beside the results. [default: none, use --endpoint's]",
+        show_default=False,
     ),
     serve_timeout: float = typer.Option(600.0, "--serve-timeout", min=0.001,
                                         help="Seconds the --serve daemon may take to load."),
@@ -195,7 +200,8 @@ def eval_merge(
     suite: str = typer.Argument(..., metavar="SUITE.jsonl", help="The suite the results answer."),
     results: list[str] = typer.Argument(..., metavar="RESULTS.jsonl...", help="Results files: the shards."),
     out: str = typer.Option(..., "--out", "-o", metavar="MERGED.jsonl", help="The merged results file."),
-    report: str = typer.Option(None, "--report", metavar="REPORT.json", help="Write the report as JSON."),
+    report: str = typer.Option(None, "--report", metavar="REPORT.json", help="Write the report as JSON." + _NONE,
+                               show_default=False),
 ) -> None:
     """Join results files of one suite: every line checked against the suite, conflicting duplicates
     refused (exit 2), missing items listed (exit 3); the report is a single run's."""
@@ -219,7 +225,7 @@ def _check_routing(routing: str) -> None:
 client_app.command("eval")(eval_suite)
 client_app.command("eval-merge")(eval_merge)
 eval_app.command()(eval_suite)
-merge_app = typer.Typer(name="jevany-eval merge", add_completion=False)
+merge_app = _plain_app("jevany-eval merge")
 merge_app.command()(eval_merge)
 
 
@@ -246,12 +252,12 @@ def ctl_main() -> None:
 
 @ctl_app.command("status")
 def status(
-    endpoint: str = typer.Option(None, "--endpoint", "-e", help=_ENDPOINT_HELP),
+    endpoint: str = typer.Option(None, "--endpoint", "-e", help=_ENDPOINT_HELP, show_default=False),
     timeout: float = typer.Option(3.0, "--timeout", min=0.001, help=_TIMEOUT_HELP),
-    as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
+    as_json: bool = typer.Option(False, "--json", help=_JSON_HELP, show_default=False),
     ready: bool = typer.Option(
         False, "--ready", help="Print only the state; exit 0 if ready, 1 if not (starting, draining, drained), "
-        "2 if no reply: an exec probe for a ZeroMQ-only pod.",
+        "2 if no reply: an exec probe for a ZeroMQ-only pod. [default: off]", show_default=False,
     ),
 ) -> None:
     """Show the model, workers, queue, batching, latency and error counts."""
@@ -269,7 +275,7 @@ def status(
 
 @ctl_app.command("ping")
 def ping(
-    endpoint: str = typer.Option(None, "--endpoint", "-e", help=_ENDPOINT_HELP),
+    endpoint: str = typer.Option(None, "--endpoint", "-e", help=_ENDPOINT_HELP, show_default=False),
     timeout: float = typer.Option(3.0, "--timeout", min=0.001, help=_TIMEOUT_HELP),
 ) -> None:
     """Check that the daemon answers, and print its version."""
@@ -280,9 +286,9 @@ def ping(
 
 @ctl_app.command("models")
 def models(
-    endpoint: str = typer.Option(None, "--endpoint", "-e", help=_ENDPOINT_HELP),
+    endpoint: str = typer.Option(None, "--endpoint", "-e", help=_ENDPOINT_HELP, show_default=False),
     timeout: float = typer.Option(3.0, "--timeout", min=0.001, help=_TIMEOUT_HELP),
-    as_json: bool = typer.Option(False, "--json", help=_JSON_HELP),
+    as_json: bool = typer.Option(False, "--json", help=_JSON_HELP, show_default=False),
 ) -> None:
     """Describe the loaded model: id, alias, source, readout, layout, limits, prefix cache."""
     result = _ask([endpoint or default_endpoint()], timeout, lambda c: c.models())
@@ -297,7 +303,7 @@ def _control_command(op: str, doc: str, settles: bool = False) -> None:
     minutes, so --timeout only bounds reaching it and --wait bounds the rest."""
 
     def command(
-        control: str = typer.Option(None, "--control", "-c", help=_CONTROL_HELP),
+        control: str = typer.Option(None, "--control", "-c", help=_CONTROL_HELP, show_default=False),
         timeout: float = typer.Option(3.0, "--timeout", min=0.001, help=_TIMEOUT_HELP),
         wait: float = typer.Option(
             600.0, "--wait", min=0.001, hidden=not settles,
@@ -335,159 +341,3 @@ _control_command(
     "reply when the new ones serve (control endpoint).",
     settles=True,
 )
-
-
-# -- rendering ---------------------------------------------------------------
-
-_BAR_WIDTH = 40
-
-
-def format_status(s: dict) -> str:
-    """The status result as a page a person reads at a glance; missing fields show '-'."""
-    model = _section(s, "model")
-    batching = _section(s, "batching")
-    queue = _section(s, "queue")
-    latency = _section(s, "latency_ms")
-    requests = _section(s, "requests")
-    head = (
-        f"jevany-daemon {_text(s.get('version'))}   state {_text(s.get('state'))}   "
-        f"pid {_text(s.get('pid'))}   up {_duration(s.get('uptime_s'))}"
-    )
-    summary = _table([
-        ("model", _text(model.get("id"))),
-        ("source", _text(model.get("source"))
-                   + ("   (RANDOM weights: the built-in demo model, its answers mean nothing)"
-                      if model.get("random_weights") else "")),
-        ("readout", f"{_text(model.get('readout'))}   layout {_text(model.get('layout'))}"),
-        ("device", f"{_text(model.get('device'))}   dtype {_text(model.get('dtype'))}"),
-        ("endpoints", ", ".join(map(str, s.get("endpoints") or [])) or "-"),
-        ("queue", f"{_text(queue.get('depth'))} / {_text(queue.get('max_depth'))}"),
-        ("batches", f"{_text(batching.get('batches'))} for {_text(batching.get('requests'))} "
-                    f"requests, mean size {_number(batching.get('mean_batch_size'), '.2f')}"),
-        ("latency", f"p50 {_number(latency.get('p50'), '.1f')} ms   "
-                    f"p99 {_number(latency.get('p99'), '.1f')} ms"),
-        ("requests", f"{_text((requests.get('by_op') or {}).get('decide', 0))} decide{_transports(requests)}   "
-                     f"{_text(requests.get('ok'))} ok   {_text(requests.get('error'))} error   "
-                     f"(every op: ping and status count too)"),
-        *_http_row(s.get("http"), batching),
-    ])
-    blocks = [head, summary, _errors_block(requests), _workers_block(s), _histogram_block(batching)]
-    return "\n\n".join(block for block in blocks if block)
-
-
-def _transports(requests: dict) -> str:
-    by = requests.get("decide_by_transport") or {}
-    return f" ({_text(by.get('zmq', 0))} zmq, {_text(by.get('http', 0))} http)" if by.get("http") else ""
-
-
-def _http_row(http, batching: dict) -> list:
-    if not isinstance(http, dict):
-        return []
-    return [("http", f"{_text(http.get('address'))}   gateway {_text(http.get('state'))}, pid "
-                     f"{_text(http.get('pid'))}, {_text(http.get('restarts'))} restarts   "
-                     f"{_text(batching.get('mixed_transport_batches', 0))} batches mixed http and zmq")]
-
-
-def format_models(result: dict) -> str:
-    blocks = []
-    for model in result.get("models") or []:
-        rows = [(key, _text(value)) for key, value in model.items() if key != "id"]
-        blocks.append(f"{_text(model.get('id'))}\n{_table(rows, indent=2)}")
-    return "\n\n".join(blocks) or "no models"
-
-
-def _errors_block(requests: dict) -> str:
-    by_code = requests.get("by_error_code") or {}
-    if not by_code:
-        return ""
-    rows = sorted(by_code.items(), key=lambda item: (-_as_int(item[1]), item[0]))
-    return "errors by code\n" + _table([(code, _text(n)) for code, n in rows], indent=2)
-
-
-def _workers_block(s: dict) -> str:
-    workers = s.get("workers") or []
-    keys = ("pid", "state", "restarts", "requests")
-    rows = [tuple(key.upper() for key in keys) + ("MEMORY", "DEVICE")]
-    rows += [tuple(_text(w.get(key)) for key in keys) + _device_cells(w) for w in workers if isinstance(w, dict)]
-    return f"workers ({len(workers)})\n" + _table(rows, indent=2) if workers else "workers: none"
-
-
-def _device_cells(worker: dict) -> tuple[str, str]:
-    """('12.3/139.8 GiB', 'cuda:0 NVIDIA H200') from a worker's device and its own device report."""
-    info = worker.get("device_info")
-    info = info if isinstance(info, dict) else {}
-    used, total = info.get("memory_used_bytes"), info.get("memory_total_bytes")
-    memory = f"{_gib(used)}/{_gib(total)} GiB" if _is_number(used) or _is_number(total) else "-"
-    name = info.get("name")
-    device = _text(worker.get("device")) + (f" {name}" if isinstance(name, str) and name else "")
-    return memory, device
-
-
-def _gib(n: Any) -> str:
-    return f"{n / (1 << 30):.1f}" if _is_number(n) else "-"
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
-def _histogram_block(batching: dict) -> str:
-    histogram = batching.get("batch_size_histogram") or {}
-    if not histogram:
-        return ""
-    rows = sorted(histogram.items(), key=lambda item: _as_int(item[0]))
-    top = max(_as_int(count) for _, count in rows) or 1
-    lines = ["batch sizes (batches per size)"]
-    width = max(len(str(size)) for size, _ in rows)
-    for size, count in rows:
-        n = _as_int(count)
-        bar = "#" * (max(1, round(n * _BAR_WIDTH / top)) if n else 0)
-        lines.append(f"  {str(size):>{width}}  {bar} {n}")
-    return "\n".join(lines)
-
-
-def _section(s: dict, key: str) -> dict:
-    value = s.get(key)
-    return value if isinstance(value, dict) else {}
-
-
-def _table(rows: list[tuple], indent: int = 0) -> str:
-    if not rows:
-        return ""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    pad = " " * indent
-    return "\n".join(
-        pad + "  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows
-    )
-
-
-def _text(value: Any) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, sort_keys=True, ensure_ascii=False)
-    return str(value)
-
-
-def _number(value: Any, spec: str) -> str:
-    return format(value, spec) if isinstance(value, (int, float)) else _text(value)
-
-
-def _as_int(value: Any) -> int:
-    try:
-        return int(value)
-    except (TypeError, ValueError):
-        return 0
-
-
-def _duration(seconds: Any) -> str:
-    if not isinstance(seconds, (int, float)):
-        return "-"
-    if seconds < 60:
-        return f"{seconds:.1f}s"
-    minutes, secs = divmod(int(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    days, hours = divmod(hours, 24)
-    if days:
-        return f"{days}d {hours:02d}h {minutes:02d}m"
-    return f"{hours}h {minutes:02d}m {secs:02d}s" if hours else f"{minutes}m {secs:02d}s"

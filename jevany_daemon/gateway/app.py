@@ -24,7 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from jevany_client.errors import JevanyError
 
 from jevany_daemon import __version__
-from jevany_daemon.server.settings import cors_origins
+from jevany_daemon.server.validation import cors_origins
 
 from .jevany_view import (ADDITIONS_HEADER, BATCH_SIZE_HEADER, PADDED_TOKENS_HEADER, answer_body, answer_headers,
                           models_body, wants_additions)

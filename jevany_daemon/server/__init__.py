@@ -1,6 +1,9 @@
 """The daemon: a supervisor process that owns the sockets and the queue, and worker processes that own the model.
 
-supervisor.py  the one loop: receive → admit → dispatch → reply, signals, drain
+supervisor.py  the one loop and its phases: receive → admit → dispatch → reply, signals, drain
+client_ops.py  each client message: decoded, allowed or refused, its op run (decide, status, control ops)
+worker_events.py  each worker message (hello, early answers, results, cleared, failed) and exit
+lifecycle.py   what the loop runs on, opened before its first turn and closed after its last
 admission.py   the bounded request queue and deadlines
 pool.py        every worker process, by generation (serving, incoming during a reload, retiring)
 workers.py     one worker as the supervisor sees it: hand-over, heartbeat and batch deadlines, exit causes
@@ -25,6 +28,7 @@ metrics.py     Prometheus metrics
 signals.py     signal handlers that only set flags
 status.py      live counters behind the status op
 settings.py    flag > environment > TOML > default, validated before weights load
+validation.py  the rules settings must meet, checked before any weights load
 logs.py        one key=value line per event; rate-limited events
 
 Nothing here but worker.py imports torch, so a CUDA fault cannot take the sockets down.

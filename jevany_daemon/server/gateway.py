@@ -17,7 +17,7 @@ import zmq
 
 from .handoff import settings_fd
 from .logs import event
-from .settings import http_address
+from .validation import http_address
 from .sockets import StartupError
 from .sdnotify import worker_environment
 

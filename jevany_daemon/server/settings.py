@@ -1,11 +1,9 @@
 """Daemon settings: flag > JEVANY_* environment variable > TOML file > default.
 
-Everything is validated here, in the supervisor, before a worker starts
-loading weights, so a typo costs milliseconds rather than a model load.
+Everything is validated (validation.py), in the supervisor, before a worker
+starts loading weights, so a typo costs milliseconds rather than a model load.
 No torch: the supervisor imports this.
 """
-import ipaddress
-import math
 import os
 import re
 import tomllib
@@ -15,28 +13,18 @@ from pathlib import Path
 
 from jevany_client.endpoints import default_control_endpoint, default_endpoint
 
-from jevany_daemon.config import DEVICE_MAPS, EngineConfig, LoadOptions
-from jevany_daemon.model.sources import local_problem
+from jevany_daemon.config import EngineConfig, LoadOptions
 
 from . import devices as device_names
 from . import jevany_options
+from .validation import MEDIA_CAPS, SettingsError, validate
 
-READOUTS = ("choice", "pointer", "lm_token", "native")     # native: a checkpoint's own (JevAny's name)
-DTYPES = ("fp32", "bf16", "fp16")
 AUTO = "auto"
-_DEVICE = re.compile(r"cpu|cuda(:\d+)?")
-_ENDPOINT = re.compile(r"(ipc://.+|tcp://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.*-]+):\d{1,5})")
-_TCP_HOST = re.compile(r"tcp://\[?([^\]]*?)\]?:\d+")
 
 # What a reload may change: everything a worker is built from. The rest
 # (sockets, queue, keys, metrics) needs a restart, and a reload says so.
 RELOADABLE = ("model", "readout", "model_id", "temperature", "device", "device_auto", "dtype", "workers",
               "cpu_threads", "device_map", "max_memory_gib", "heartbeat_timeout", "batch_timeout", "engine", "load")
-MEDIA_CAPS = ("media_max_bytes", "media_total_bytes", "media_max_pixels", "media_max_video_frames")
-
-
-class SettingsError(ValueError):
-    """A setting that cannot work; the message names the setting and where it came from."""
 
 
 @dataclass(frozen=True)
@@ -273,237 +261,3 @@ def _named(message: str, origin: dict) -> str:
     """The message, led by the flag, variable or file the offending value came from."""
     name = message.split(" ", 1)[0].rstrip(":")
     return f"{origin[name]}: {message}" if name in origin else message
-
-
-def validate(s: ServeSettings, cuda_count: Callable[[], int] = device_names.visible_cuda_count) -> None:
-    _validate_model(s)
-    _validate_device_map(s)
-    _validate_pool(s)
-    _validate_devices_exist(s, cuda_count)
-    for name in ("max_queue", "max_message_bytes"):
-        _positive_int(name, getattr(s, name))
-    _validate_endpoints(s)
-    _validate_security(s)
-    _validate_http(s)
-    _validate_media(s)
-    if s.metrics_port is not None and (isinstance(s.metrics_port, bool) or not isinstance(s.metrics_port, int)
-                                       or not 0 <= s.metrics_port <= 65535):
-        raise SettingsError(f"metrics_port must be a port number (0 picks a free one), got {s.metrics_port!r}")
-    _validate_metrics_host(s)
-    if s.socket_mode is not None and not (isinstance(s.socket_mode, int) and 0 <= s.socket_mode <= 0o777):
-        raise SettingsError(f"socket_mode must be a file mode such as 0660, got {s.socket_mode!r}")
-
-
-def _positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SettingsError(f"{name} must be an integer >= 1, got {value!r}")
-
-
-def _validate_model(s: ServeSettings) -> None:
-    if s.readout is not None and s.readout not in READOUTS:
-        raise SettingsError(f"readout must be one of {', '.join(READOUTS)}, got {s.readout!r}")
-    if s.dtype is not None and s.dtype not in DTYPES:
-        raise SettingsError(f"dtype must be one of {', '.join(DTYPES)}, got {s.dtype!r}")
-    t = s.temperature
-    if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0):
-        raise SettingsError(f"temperature must be a finite number > 0, got {t!r}")
-    if s.model is not None and not s.model.strip():
-        raise SettingsError("model must not be empty")
-    if s.model is not None and (problem := local_problem(s.model)):
-        raise SettingsError(problem)      # before a worker starts: a path that is not there is a setting
-    jevany_options.check_readout_rules(s.model, s.readout, t)
-    if s.load.base_load_path is not None and not Path(s.load.base_load_path).expanduser().is_dir():
-        raise SettingsError(f"base_load_path {s.load.base_load_path} is not a directory (JevAny's "
-                            "JEVANY_BASE_LOAD_PATH: a local copy of the checkpoint's base model)")
-    if s.engine.choice_native_weight > 0:
-        if s.readout != "choice":
-            raise SettingsError("choice_native_weight blends the choice readout with the checkpoint's own "
-                                "readout; it needs readout choice (--readout choice)")
-        if s.model is None or (Path(s.model).is_dir() and not (Path(s.model) / "head.pt").is_file()):
-            raise SettingsError(f"choice_native_weight blends in a JevAny checkpoint's own readout, and "
-                                f"{s.model or 'the demo model'} has none (no head.pt): a plain causal LM "
-                                "has nothing to blend with")
-
-
-def _validate_pool(s: ServeSettings) -> None:
-    devices = s.devices
-    if "mps" in devices:
-        raise SettingsError("device mps (Apple's GPU, which JevAny can use) is not served by jevany-daemon; "
-                            "give --device cpu, or cuda on a host with an NVIDIA GPU")
-    for device in devices:
-        if not _DEVICE.fullmatch(device):
-            raise SettingsError(f"device must be cpu, cuda or cuda:N (or a comma-separated list), got {s.device!r}")
-    if len(set(devices)) != len(devices):
-        raise SettingsError(f"device {s.device!r} names one device twice (cuda is cuda:0); "
-                            "use --workers N for several workers on one device")
-    if s.workers is not None:
-        _positive_int("workers", s.workers)
-        if s.device_map is None and s.workers % len(devices):
-            raise SettingsError(f"workers={s.workers} cannot be spread evenly over the {len(devices)} devices "
-                                f"{s.device!r}; give a multiple of {len(devices)}, or one device")
-    if s.cpu_threads is not None:
-        _positive_int("cpu_threads", s.cpu_threads)
-    value = s.simulate_accelerator
-    if value is not None:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise SettingsError(f"simulate_accelerator must be a number of ms > 0, got {value!r}")
-        if set(devices) != {"cpu"}:
-            raise SettingsError(f"simulate_accelerator runs on the CPU only; device is {s.device!r}")
-    for name in ("heartbeat_timeout", "batch_timeout"):
-        value = getattr(s, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise SettingsError(f"{name} must be a number of seconds > 0, got {value!r}")
-
-
-def _validate_device_map(s: ServeSettings) -> None:
-    if s.device_map is None:
-        if s.max_memory_gib is not None:
-            raise SettingsError("max_memory_gib caps each GPU of a worker that spans several; "
-                                "it needs device_map (--device-map auto)")
-        return
-    if s.device_map not in DEVICE_MAPS:
-        raise SettingsError(f"device_map must be one of {', '.join(DEVICE_MAPS)}, got {s.device_map!r}")
-    if "cpu" in s.devices:
-        raise SettingsError(f"device_map spreads one model over GPUs, and device {s.device!r} names the CPU; "
-                            "give --device cuda (every GPU) or a list such as cuda:0,cuda:1")
-    if s.workers not in (None, 1):
-        raise SettingsError(f"workers must be 1 with device_map: the one worker spans every GPU in device "
-                            f"{s.device!r}, and a second would need the same GPUs (got workers={s.workers})")
-    value = s.max_memory_gib
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                              or not math.isfinite(value) or value <= 0):
-        raise SettingsError(f"max_memory_gib must be a number of GiB > 0 (per GPU), got {value!r}")
-
-
-def _validate_devices_exist(s: ServeSettings, cuda_count: Callable[[], int]) -> None:
-    if not any(device_names.is_cuda(d) for d in s.devices):
-        return
-    try:
-        count = cuda_count()
-    except TimeoutError as exc:
-        raise SettingsError(f"device {s.device!r} cannot be checked: {exc}") from None
-    why = device_names.missing(list(s.devices), count)
-    if why:
-        raise SettingsError(f"device {why}")
-
-
-def _validate_endpoints(s: ServeSettings) -> None:
-    endpoints = list(s.endpoints) + ([s.control_endpoint] if s.control_endpoint else [])
-    for endpoint in endpoints:
-        if not isinstance(endpoint, str) or not _ENDPOINT.fullmatch(endpoint):
-            raise SettingsError(f"endpoint {endpoint!r} must be ipc://PATH or tcp://HOST:PORT")
-    if len(set(endpoints)) != len(endpoints):
-        raise SettingsError("the control endpoint must differ from every public endpoint")
-    control = s.control_endpoint or ""
-    if control.startswith("ipc://@"):
-        # A Linux abstract socket has no file, so no mode: every local user could drain or reload.
-        raise SettingsError(f"control {control} is an abstract socket, which every local user may connect to; "
-                            "give the control endpoint a path (ipc:///run/jevany/control.sock)")
-
-
-def _validate_security(s: ServeSettings) -> None:
-    if (s.curve_secret_key is None) != (s.curve_allowed_clients is None):
-        raise SettingsError("curve_secret_key and curve_allowed_clients go together: the server's key pair "
-                            "and the directory of client public keys it accepts")
-    if s.curve:
-        if not Path(s.curve_secret_key).is_file():
-            raise SettingsError(f"curve_secret_key: {s.curve_secret_key} is not a file")
-        if not Path(s.curve_allowed_clients).is_dir():
-            raise SettingsError(f"curve_allowed_clients: {s.curve_allowed_clients} is not a directory")
-        return
-    endpoints = list(s.endpoints) + ([s.control_endpoint] if s.control_endpoint else [])
-    exposed = [e for e in endpoints if not is_loopback(e)]
-    if exposed and not s.insecure:
-        raise SettingsError(f"{exposed[0]} is reachable from the network without CurveZMQ, so anyone there could "
-                            "use the model; give --curve-secret-key and --curve-allowed-clients, bind 127.0.0.1, "
-                            "or pass --insecure")
-    control = s.control_endpoint or ""
-    if control.startswith("tcp://") and not s.insecure:
-        raise SettingsError(f"control {control} would let every local user drain or reload the daemon (TCP has "
-                            "no file mode); use an ipc path, CurveZMQ keys, or pass --insecure")
-
-
-_HTTP = re.compile(r"(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+):(\d{1,5})")
-
-
-def http_address(value: str) -> tuple[str, int]:
-    """HOST:PORT (IPv6 in brackets) → (host, port); ValueError names the form expected."""
-    match = _HTTP.fullmatch(value.strip()) if isinstance(value, str) else None
-    if match is None or not 0 <= int(match.group(2)) <= 65535:
-        raise ValueError(f"http must be HOST:PORT such as 127.0.0.1:8008, got {value!r}")
-    return match.group(1).strip("[]"), int(match.group(2))
-
-
-_ORIGIN = re.compile(r"https?://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?")
-
-
-def cors_origins(value: str) -> list[str]:
-    """http_cors_origins as the origins a browser page may call from: ["*"] (any, JevAny's), a list, or []."""
-    origins = [o.strip() for o in value.split(",") if o.strip()] if isinstance(value, str) else None
-    if origins is None or (origins != ["*"] and not all(_ORIGIN.fullmatch(o) for o in origins)):
-        raise ValueError(f"http_cors_origins must be *, empty (none), or origins such as "
-                         f"https://app.example:8443 separated by commas, got {value!r}")
-    return origins
-
-
-def _validate_http(s: ServeSettings) -> None:
-    cors_origins(s.http_cors_origins)
-    if s.http is None:
-        if s.http_token_file is not None:
-            raise SettingsError("http_token_file guards the HTTP routes; it needs http (--http HOST:PORT)")
-        return
-    try:
-        host, port = http_address(s.http)
-    except ValueError as exc:
-        raise SettingsError(str(exc)) from None
-    if s.http_token_file is not None:
-        try:
-            token = Path(s.http_token_file).read_text(encoding="utf-8").strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise SettingsError(f"http_token_file: cannot read {s.http_token_file}: {exc}") from None
-        if not token:
-            raise SettingsError(f"http_token_file: {s.http_token_file} is empty")
-    elif not is_loopback(f"tcp://{host}:{port}") and not s.insecure:
-        raise SettingsError(f"http {s.http} is reachable from the network without a token, so anyone there "
-                            "could use the model; give --http-token-file, bind 127.0.0.1, or pass --insecure")
-
-
-def _validate_media(s: ServeSettings) -> None:
-    for name in MEDIA_CAPS:
-        _positive_int(name, getattr(s, name))
-    if s.media_total_bytes < s.media_max_bytes:
-        raise SettingsError(f"media_total_bytes ({s.media_total_bytes}) must be at least media_max_bytes "
-                            f"({s.media_max_bytes}): one file may take the whole request's allowance")
-    if s.media_root is not None and not s.media_root.strip():
-        raise SettingsError("media_root must not be empty; leave it unset to turn media off")
-    if s.media_root is not None and not Path(s.media_root).is_dir():
-        raise SettingsError(f"media_root {s.media_root} is not a directory")
-    t = s.media_check_timeout
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
-        raise SettingsError(f"media_check_timeout must be a number of seconds > 0, got {t!r}")
-
-
-def _validate_metrics_host(s: ServeSettings) -> None:
-    host = s.metrics_host
-    try:
-        address = ipaddress.ip_address(host) if host != "localhost" else ipaddress.ip_address("127.0.0.1")
-    except (TypeError, ValueError):
-        raise SettingsError(f"metrics_host must be an IP address such as 127.0.0.1 or ::1, got {host!r}") from None
-    if s.metrics_port is not None and not address.is_loopback and not s.insecure:
-        raise SettingsError(f"metrics_host {host} would serve the metrics, unauthenticated, to anyone who can "
-                            "reach it; bind 127.0.0.1 (and scrape through something that authenticates), or "
-                            "pass --insecure")
-
-
-def is_loopback(endpoint: str) -> bool:
-    """True for ipc endpoints and TCP on a loopback address; hostnames and wildcards count as exposed."""
-    match = _TCP_HOST.fullmatch(endpoint)
-    if match is None:
-        return not endpoint.startswith("tcp://")
-    host = match.group(1)
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False

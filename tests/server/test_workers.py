@@ -138,10 +138,10 @@ def test_the_supervisor_stores_what_workers_report():
     sup.pool = SimpleNamespace(serving=lambda: [worker], workers=[worker], gone_stats={})
     model = {"id": "tiny", "source": "/m", "readout": "pointer", "layout": "packed", "device": "cuda:0",
              "dtype": "fp32"}
-    sup.on_worker_ready(worker, {"pid": 4242, "model": model, "device_info": H200})
+    sup.events.on_ready(worker, {"pid": 4242, "model": model, "device_info": H200})
     assert worker.device_info == H200 and sup.state == "ready"
     assert sup.model_description()["device"] == "cpu"       # the operator's name, not the worker's own
-    sup.take_answers(worker, [], {"batches": 1, "device_info": {**H200, "memory_used_bytes": 1}}, [])
+    sup.events.take_answers(worker, [], {"batches": 1, "device_info": {**H200, "memory_used_bytes": 1}}, [])
     assert worker.device_info["memory_used_bytes"] == 1 and worker.stats == {"batches": 1}
 
 
@@ -219,8 +219,8 @@ def test_results_before_the_last_hand_over_was_read_leave_the_worker_busy_and_it
     worker.hand_over(backend, entries(1, 2), now=1.0)
     worker.hand_over(backend, entries(3), now=1.5)
     # RESULTS for the first hand-over, sent before the worker had read the second: 2 got no answer
-    sup.on_results(worker, [[1, True, {"ok": 1}]], {}, [], 1)
+    sup.events.on_results(worker, [[1, True, {"ok": 1}]], {}, [], 1)
     assert worker.state == BUSY and list(worker.inflight) == [3]
-    assert [(e.tag, ok) for e, ok, _ in sup._answered] == [(1, True), (2, False)]
-    sup.on_results(worker, [[3, True, {"ok": 3}]], {}, [], 2)
+    assert [(e.tag, ok) for e, ok, _ in sup.events.answered] == [(1, True), (2, False)]
+    sup.events.on_results(worker, [[3, True, {"ok": 3}]], {}, [], 2)
     assert worker.state == IDLE and not worker.inflight

@@ -1,0 +1,73 @@
+"""gpu-check's targets and report: each target judged on the result, and the lines printed for a person.
+
+Targets: fp32 parity max |dp| <= 1e-5 and no decision changed, every probability
+finite, no parity request failed; the daemons counted no non-finite pass (where
+status reports it); on a GPU, batched / serial throughput >= 3x in fp32 and
+>= 6x in bf16 (on the CPU recorded, not judged).
+"""
+import math
+
+PARITY_FP32_BOUND = 1e-5
+SPEED_BOUNDS = {"fp32": 3.0, "bf16": 6.0}
+
+
+def judge(result: dict) -> list[dict]:
+    on_gpu = result["machine"]["device"] == "cuda"
+    parity = result.get("parity", [])
+    fp32 = [r for r in parity if r["dtype"] == "fp32"]
+    out = []
+
+    def add(name, value, bound, met, judged=True):
+        out.append({"target": name, "value": value, "bound": bound, "judged": judged,
+                    "met": bool(met) if judged else None})
+
+    if parity:
+        diffs = [r["max_abs_diff"] for r in fp32]     # max() would keep a NaN only if it came first
+        worst = math.nan if any(map(math.isnan, diffs)) else max(diffs, default=0.0)
+        add("parity fp32: max |dp| batched vs serial", worst, f"<= {PARITY_FP32_BOUND:g}",
+            worst <= PARITY_FP32_BOUND)
+        add("parity fp32: decisions changed", sum(r["decisions_changed"] for r in fp32), "== 0",
+            all(r["decisions_changed"] == 0 for r in fp32))
+        bad = sum(r["non_finite"] for r in parity)
+        add("every probability finite (fp32 and bf16, batched and serial)", bad, "== 0 non-finite", bad == 0)
+        errors = sum(r["errors"] + r["mismatched"] for r in parity)
+        add("no parity request failed or answered other questions", errors, "== 0", errors == 0)
+    served = [p["speed"]["daemon_non_finite"] for p in result.get("dtypes", {}).values()]
+    if served and None not in served:      # the daemons count them where status reports it
+        add("daemons: no pass with a non-finite probability (status batching.non_finite)", sum(served), "== 0",
+            sum(served) == 0)
+    for dtype, bound in SPEED_BOUNDS.items():
+        phase = result.get("dtypes", {}).get(dtype)
+        if phase:
+            ratio = phase["speed"]["batched_over_serial"]
+            add(f"{dtype}: batched / serial throughput, {phase['speed']['clients']} clients", ratio,
+                f">= {bound:g}", ratio >= bound, judged=on_gpu)
+    return out
+
+
+def print_speed(dtype: str, speed: dict, idle: dict, memory: dict) -> None:
+    for label in ("serial", "batched"):
+        r = speed[label]
+        print(f"  {dtype} {label:7} (max_batch_size {r['max_batch_size']:>2}, {r['concurrency']} clients): "
+              f"{r['rps']:8.1f} req/s  p50 {r['p50_ms']:8.1f} ms  p99 {r['p99_ms']:8.1f} ms  mean batch "
+              f"{r['mean_batch_size']:5.2f}")
+    print(f"  {dtype} batched / serial: {speed['batched_over_serial']:.2f}x (median of "
+          f"{', '.join(f'{x:.2f}' for x in speed['batched_over_serial_rounds'])}); in-process ideal batches "
+          f"{speed['inprocess_ideal_rps']:.1f} req/s")
+    print(f"  {dtype} idle p50: in-process {idle['inprocess_p50_ms']:.2f} ms, daemon {idle['daemon_p50_ms']:.2f} ms "
+          f"({idle['daemon_over_inprocess']:.3f}x, {idle['overhead_ms']:.2f} ms a request), batched daemon "
+          f"{idle['batched_daemon_p50_ms']:.2f} ms")
+    peak = memory["inprocess_peak_bytes"]
+    workers = [w for ws in memory["workers"].values() for w in ws if w.get("memory_peak_bytes") is not None]
+    peaks = ", ".join(f"{w['memory_peak_bytes'] / 2 ** 30:.2f} GiB" for w in workers) or "n/a"
+    print(f"  {dtype} peak memory in-process: {'n/a (cpu)' if peak is None else f'{peak / 2 ** 30:.2f} GiB'}; "
+          f"workers' peaks: {peaks}")
+
+
+def print_targets(targets: list[dict]) -> None:
+    print("\ntargets")
+    for t in targets:
+        mark = "not judged on cpu" if not t["judged"] else ("met" if t["met"] else "NOT MET")
+        value = f"{t['value']:.3g}" if isinstance(t["value"], float) else t["value"]
+        print(f"  [{mark}] {t['target']}: {value} ({t['bound']})")
+

@@ -1,0 +1,146 @@
+"""Client operations: each message a client sends, decoded, allowed or refused, and its op run.
+
+decide joins the queue (a request with media only once the media checker has
+passed its files); ping, status and models answer at once; the control ops
+(clear_cache, drain, reload) are taken only on the control endpoint, from the
+daemon's own user, and answer once they have finished. An op returns its
+result, replied at once, or None where the reply comes later: a worker's
+answer, every worker cleared, the queue drained, the new workers serving.
+The supervisor's receive-from-clients phase hands each message here.
+"""
+import logging
+from itertools import count
+
+from jevany_client.errors import (
+    ForbiddenError,
+    InvalidRequestError,
+    JevanyError,
+    OverloadedError,
+    ShuttingDownError,
+)
+from jevany_client.protocol import CONTROL_OPS, decode_request, error_reply, ok_reply
+from jevany_client.schema import parse_decision
+
+from jevany_daemon import __version__
+
+from . import channel
+from .admission import Entry
+from .logs import event
+from .peers import may_control
+from .workers import STOPPING
+
+log = logging.getLogger("jevany.supervisor")
+
+
+class ClientOps:
+    def __init__(self, sup):
+        self.sup = sup
+        self._tags = count(1)
+
+    def handle(self, sock, envelope: list, payload: bytes) -> None:
+        sup = self.sup
+        received = sup.clock()
+        try:
+            request = decode_request(payload)
+        except JevanyError as exc:
+            sup.record(None, exc.code, transport=sup.transport(sock))
+            sup.send(sock, envelope, error_reply(exc.request_id, exc))
+            return
+        try:
+            if request.op in CONTROL_OPS and sock is not sup.control:
+                raise ForbiddenError(f"{request.op} is a control op; send it to the control endpoint")
+            if request.op in CONTROL_OPS and not may_control(envelope):
+                raise ForbiddenError(f"{request.op} is a control op; only the daemon's own user may send it")
+            handler = getattr(self, f"op_{request.op}")
+            result = handler(sock, envelope, request, received, payload)
+        except JevanyError as exc:
+            sup.record(request.op, exc.code, transport=sup.transport(sock))
+            if request.op == "decide" and sup.settings.log_requests:
+                # Refused before it was queued (overloaded, shutting_down, a bad body): still one line.
+                event(log, "request", id=request.id, outcome=exc.code)
+            reply = error_reply(request.id, exc)
+            sup.send(sock, envelope, sup.with_load(reply) if request.op == "decide" else reply)
+            return
+        if result is not None:
+            sup.record(request.op, None, transport=sup.transport(sock))
+            sup.send(sock, envelope, ok_reply(request.id, result))
+
+    # --- decide ------------------------------------------------------------
+
+    def op_decide(self, sock, envelope, request, received, payload):
+        sup = self.sup
+        if sup.state in ("draining", "drained"):
+            raise ShuttingDownError(f"the daemon is {sup.state} and takes no new work")
+        if sup._failure:
+            raise ShuttingDownError("the daemon is stopping")
+        decision = parse_decision(request.body)    # reject bad bodies here, before they take a queue slot
+        if decision.media and sup.media is None:
+            raise InvalidRequestError("media is disabled; the server operator must set JEVANY_MEDIA_ROOT")
+        # Requests being checked count against --max-queue: each will join the queue.
+        checking = sup.media.pending() if sup.media is not None else 0
+        if len(sup.queue) + checking >= sup.queue.max_depth:
+            sup.overloads.hit(queue=len(sup.queue), max_queue=sup.queue.max_depth)
+            raise OverloadedError(f"queue is full ({sup.queue.max_depth} requests waiting); retry later")
+        deadline = None if request.timeout_ms is None else received + request.timeout_ms / 1000
+        # Queue the bytes, not the decoded body: a decoded msgpack value can be
+        # tens of times its wire size, and the worker decodes it anyway.
+        entry = Entry(next(self._tags), sock, envelope, request.id, payload, received, deadline,
+                      sup.transport(sock))
+        sup.gather.arrived(entry.client, received)
+        if decision.media:
+            sup.media.submit(entry, [[m.type, m.uri] for m in decision.media])   # queued once checked
+        else:
+            sup.queue.push(entry)
+        return None    # the reply comes when a worker answers
+
+    def media_checked(self, entry: Entry, ok: bool, outcome) -> None:
+        """A checked media request joins the queue (with its resolved files), or gets the policy's refusal.
+
+        The queue has room for it: op_decide counted it against --max-queue while it was checked,
+        and it leaves the checks as it joins the queue, so the two together never grow here."""
+        sup = self.sup
+        if not ok:
+            sup.reply_error(entry, InvalidRequestError(outcome))
+        elif sup._stop_now:
+            sup.reply_error(entry, ShuttingDownError("the daemon stopped before scoring this request"))
+        else:
+            entry.media = outcome
+            sup.queue.push(entry)
+
+    # --- answered at once ----------------------------------------------------
+
+    def op_ping(self, sock, envelope, request, received, payload):
+        return {"pong": True, "version": __version__}
+
+    def op_status(self, sock, envelope, request, received, payload):
+        return self.sup.status(private=sock is self.sup.control)
+
+    def op_models(self, sock, envelope, request, received, payload):
+        return {"models": [self.sup.model_description(private=sock is self.sup.control)]}
+
+    # --- control ops, answered once done -------------------------------------
+
+    def op_clear_cache(self, sock, envelope, request, received, payload):
+        sup = self.sup
+        ready = [w for w in sup.pool.workers if w.ready_once and w.state != STOPPING and w.kill_cause is None]
+        if not ready:
+            return {"cleared": 0}
+        for worker in ready:     # a busy worker answers once its batch is done
+            sup.pool.backend.send_multipart([worker.identity, channel.encode(channel.CLEAR)])
+        sup.clears.begin((sock, envelope, request.id), {w.identity for w in ready})
+        sup.record(request.op, None)
+        return None    # the reply comes when every worker has cleared
+
+    def finish_clears(self, done: list) -> None:
+        for (sock, envelope, rid), cleared in done:
+            self.sup.send(sock, envelope, ok_reply(rid, {"cleared": cleared}))
+
+    def op_drain(self, sock, envelope, request, received, payload):
+        self.sup.begin_drain(exiting=False, cause="drain op")
+        self.sup._drain_waiters.append((sock, envelope, request.id))
+        self.sup.record(request.op, None)
+        return None
+
+    def op_reload(self, sock, envelope, request, received, payload):
+        self.sup.reloads.begin(cause="reload op", waiter=(sock, envelope, request.id))
+        return None    # the reply comes when the new workers serve, or the reload fails

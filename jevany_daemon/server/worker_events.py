@@ -1,0 +1,125 @@
+"""Worker events: what a worker says (hello, early answers, results, cleared, failed) and its exit.
+
+Answers are collected here and sent by the supervisor's send-answers phase,
+after dispatch, so a worker that just freed takes the queue first. A worker
+that exits loses its requests (worker_lost) and is replaced, unless it never
+loaded the model: then nothing can serve, and the daemon stops.
+The supervisor's receive-from-workers and watch-workers phases hand their
+messages and exits here.
+"""
+import logging
+
+from jevany_client.errors import InternalError, WorkerLostError, error_from_wire
+
+from . import channel
+from .logs import event
+from .workers import BUSY, IDLE, STOPPING, WorkerHandle
+
+log = logging.getLogger("jevany.supervisor")
+
+MAX_FAILED_STARTS = 3     # a slot whose replacements die this often before loading stops the daemon
+
+
+class WorkerEvents:
+    def __init__(self, sup):
+        self.sup = sup
+        self.answered: list = []          # (entry, ok, result or error) from workers, sent after dispatch
+
+    def take_answered(self) -> list:
+        answered, self.answered = self.answered, []
+        return answered
+
+    def handle(self, worker: WorkerHandle, message: list) -> None:
+        kind, *args = message
+        if kind == channel.HELLO:
+            self.on_ready(worker, args[0])
+        elif kind == channel.EARLY:
+            self.on_early(worker, *args)
+        elif kind == channel.RESULTS:
+            self.on_results(worker, *args)
+        elif kind == channel.CLEARED:
+            worker.stats = {**worker.stats, "prefix_cache": args[1]}
+            self.sup.ops.finish_clears(self.sup.clears.answered(worker.identity, args[0]))
+        elif kind == channel.FAILED:
+            worker.failure = args[0]
+
+    def on_ready(self, worker: WorkerHandle, hello: dict) -> None:
+        sup = self.sup
+        worker.model, worker.state, worker.ready_once = hello["model"], IDLE, True
+        worker.note_device_info(hello.get("device_info"))
+        worker.overlaps = bool(hello.get("overlaps"))
+        fields = {}
+        if worker.replacing_since is not None:
+            fields["replaced_in_s"] = round(sup.clock() - worker.replacing_since, 3)
+        event(log, "worker_ready", index=worker.slot, pid=hello["pid"], generation=worker.generation,
+              model=worker.model["id"], readout=worker.model["readout"], layout=worker.model["layout"],
+              device=worker.device, load_s=hello.get("load_s"), **fields)
+        if sup.state == "starting" and all(w.ready_once for w in sup.pool.serving()):
+            sup.state = "ready"
+            sup.metrics.describe_model(sup.model_description())
+            event(log, "ready", workers=len(sup.pool.serving()), model=worker.model["id"],
+                  seconds=round(sup.clock() - sup.started, 3))
+            sup.notifier.ready(sup.status_line())
+
+    def on_early(self, worker: WorkerHandle, results: list, stats: dict, batches: list, seq=None) -> None:
+        """One pass of a longer hand-over: its callers are answered now, not after the last pass."""
+        self.take_answers(worker, results, stats, batches)
+        if worker.state == BUSY:
+            worker.busy_since = self.sup.clock()     # the batch timeout bounds each pass, and this one ended
+
+    def on_results(self, worker: WorkerHandle, results: list, stats: dict, batches: list = (), seq=None) -> None:
+        """The last answers of what the worker held when it sent them; idle, unless a later hand-over
+        was still on its way to it."""
+        self.take_answers(worker, results, stats, batches)
+        read = worker.handed if seq is None else seq
+        for tag, entry in list(worker.inflight.items()):
+            if entry.handover <= read:    # a worker that skipped one broke its promise
+                self.answered.append((entry, False, InternalError("the worker returned no answer for this request")))
+                del worker.inflight[tag]
+        if worker.state == BUSY and read >= worker.handed:
+            worker.state, worker.busy_since = IDLE, None
+
+    def take_answers(self, worker: WorkerHandle, results: list, stats: dict, batches: list) -> None:
+        sup = self.sup
+        worker.take_stats(stats)
+        sup.metrics.batches(batches)
+        sup.gather.passes(batches)
+        sup.counters.mixed_batches += sum(1 for b in batches if len(b) > 5 and len(b[5]) > 1)
+        for tag, ok, payload in results:
+            entry = worker.inflight.pop(tag, None)
+            if entry is None:
+                continue
+            worker.requests += 1
+            self.answered.append((entry, ok, payload if ok else error_from_wire(payload)))
+
+    def on_exit(self, worker: WorkerHandle) -> None:
+        sup = self.sup
+        sup.pool.remove(worker)
+        sup.ops.finish_clears(sup.clears.gone(worker.identity))
+        for entry in worker.inflight.values():
+            sup.reply_error(entry, WorkerLostError("the worker scoring this request died; it is being restarted"))
+        worker.inflight.clear()
+        cause = worker.exit_cause()
+        if worker.state == STOPPING and worker.kill_cause is None:
+            event(log, "worker_stopped", index=worker.slot, pid=worker.pid, generation=worker.generation)
+            return
+        event(log, "worker_exit", level=logging.WARNING, index=worker.slot, pid=worker.pid,
+              generation=worker.generation, role=sup.pool.role(worker), code=worker.proc.returncode, cause=cause)
+        role = sup.pool.role(worker)
+        if role == "incoming":
+            sup.reloads.worker_failed(worker, cause)
+        elif role == "serving":
+            self.replace_or_fail(worker, cause)
+
+    def replace_or_fail(self, worker: WorkerHandle, cause: str) -> None:
+        sup = self.sup
+        if sup.state == "draining" and sup._exiting:
+            return
+        never_served = sup.state == "starting" and not worker.ready_once
+        if not worker.ready_once and (worker.proc.returncode == channel.EXIT_LOAD_FAILED or never_served
+                                      or worker.failed_starts + 1 >= MAX_FAILED_STARTS):
+            sup.fail(worker.failure or f"worker {worker.slot} exited before loading the model ({cause})")
+            return
+        replacement = sup.pool.replace(worker, sup.settings)
+        sup.metrics.restarts.labels("hung" if worker.kill_cause else "died").inc()
+        event(log, "worker_restart", index=worker.slot, restarts=replacement.restarts, pid=replacement.pid)
