@@ -47,7 +47,7 @@ bench-quick: install
 	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints-cpu.txt -e '.[bench]'
 	$(PY) benchmarks/bench.py --quick
 
-# An offline GPU host's packages (README, "Serving a real checkpoint on a GPU"): every pin of
+# An offline GPU host's packages (docs/GPUS.md, "Serving a real checkpoint on a GPU"): every pin of
 # constraints-gpu.txt and our two packages as wheels for the host's Python and platform, never
 # torch (the host has its CUDA build), then a check that the folder meets every requirement.
 # Downloads: run it on a connected machine. (Not PY=: PY is the venv's interpreter here.)

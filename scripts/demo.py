@@ -162,7 +162,7 @@ def main() -> int:
         print(format_status(status))
         if items:
             eval_report(endpoint, model / "heldout.jsonl", run_dir)
-        print("\nNext: serve a real checkpoint (README, Running the daemon), send your own requests "
+        print("\nNext: serve a real checkpoint (docs/SERVING.md, Running the daemon), send your own requests "
               "(docs/REQUESTS.md), measure (make bench).")
     finally:
         daemon.send_signal(signal.SIGTERM)

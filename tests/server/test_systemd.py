@@ -51,7 +51,7 @@ def test_the_install_steps_match_the_unit():
     directives = dict(line.split("=", 1) for line in UNIT.read_text().splitlines()
                       if "=" in line and not line.startswith("#"))
     documentation = directives["Documentation"].removeprefix("file://")
-    assert f"README.md {documentation}" in steps                     # installed where the unit looks
+    assert f"docs/OPERATING.md {documentation}" in steps                     # installed where the unit looks
     assert "pip install -c constraints-cpu.txt" in steps
     env_file = directives["EnvironmentFile"].lstrip("-")
     assert f"install -D -m 0640 -g jevany systemd/jevany-daemon.env {env_file}" in steps   # -D makes /etc/jevany
