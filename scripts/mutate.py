@@ -1,21 +1,31 @@
 """The mutation check: plant plausible one-line bugs, one at a time, and see whether the tests catch them.
 
-    python scripts/mutate.py                 # every mutation in MUTATIONS (make mutate)
-    python scripts/mutate.py --only batching policy --list
-    python scripts/mutate.py --timeout 300   # seconds a mutation's tests may take
+    make mutate                              # every mutation in MUTATIONS
+    python scripts/mutate.py --only gather tenants --list
+    python scripts/mutate.py --only retries --timeout 120
 
 Each mutation names a file, a line of it as it is and as the bug would write
-it, and the tests that cover that module. The line must occur exactly once
-(else the list has rotted, and the check says so). The mutated file is
-written in place, the tests run in a child pytest (-x, stop at the first
-failure), and the file is put back whatever happens, also on Ctrl-C. A
-mutation is killed when its tests fail, survives when they pass; a run past
---timeout counts as killed (the bug made something hang) and is reported
-apart. Prints each outcome, the score (killed / total) and the survivors;
-exit status 0 when the score reaches --require (default 0.95), else 1.
-Not part of `make test`: it runs the covering tests once per mutation.
+it, and the tests that cover that module (as few as catch its slips). The
+line must occur exactly once (else the list has rotted, and the check says so
+before anything runs). First each distinct test selection runs unmutated and
+must pass, else every mutation of it would look killed. Then, one mutation at
+a time, the file is written in place (its cached bytecode removed, so the
+mutant is what runs), the tests run in a child pytest (-x, stop at the first
+failure) with this checkout first on PYTHONPATH (daemons the tests start
+inherit it), and the file is put back whatever happens, also on Ctrl-C. The
+child runs in its own process group, ended afterwards, so a daemon a failing
+or hung test left behind goes with it. A mutation is killed when its tests
+fail, survives when they pass; a run past --timeout counts as killed (the bug
+made something hang) and is reported apart. Prints each outcome, the score
+(killed / total) and the survivors; exit status 0 when the score reaches
+--require (default 0.95), else 1.
+
+Not part of `make test`: it runs the covering tests once per mutation, one
+child at a time (73 mutations: about 15 minutes on two cores).
 """
 import argparse
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -39,7 +49,20 @@ def m(name, path, before, after, *tests) -> Mutation:
 
 
 ENGINE = "jevany_daemon/engine/"
+SERVER = "jevany_daemon/server/"
 CLIENT = "client/jevany_client/"
+# The tests that cover each module, as few as catch its slips: each mutation runs them once.
+RETRIES = "tests/client/test_retries.py"
+PROMISES = "tests/client/test_client_promises.py"
+RESENDS = "tests/client/test_resends.py"
+CALLS = (RETRIES, PROMISES, RESENDS)     # a call's tries, whichever part of them a slip breaks
+WORKER_LOOP = "tests/server/test_worker_loop.py"
+GATHER = "tests/server/test_gather.py"
+ROUTING = "tests/client/test_routing.py"
+FLEET_ROUTING = "tests/client/test_fleet_routing.py"
+HOSTILE_PAYLOADS = "tests/client/test_hostile_payloads.py"
+HOSTILE_MEDIA = "tests/media/test_hostile_media.py"
+TENANTS = "tests/engine/test_prefix_cache.py::test_a_tenants_entries_are_its_own_the_head_is_everyones"
 MUTATIONS = [
     # --- the answer self-check ----------------------------------------------------------
     m("self-check: a sum below 1 passes", CLIENT + "answers.py",
@@ -57,46 +80,297 @@ MUTATIONS = [
       "tests/engine/test_policy.py"),
     # --- prefix reuse -------------------------------------------------------------------
     m("prefix reuse: a hit costed as if its state ran again", ENGINE + "prefix_reuse.py",
-      "        return len(enc.stem) - self.memory.peek(enc.stem) + sum(map(len, self._tails(enc)))",
+      "        return len(enc.stem) - self.memory.peek(enc.stem, enc.tenant) + sum(map(len, self._tails(enc)))",
       "        return len(enc.stem) + sum(map(len, self._tails(enc)))", "tests/engine/test_reuse_costs.py"),
     m("prefix reuse: new stems on the pinned head left out of the one-pass rule", ENGINE + "prefix_reuse.py",
       "            fresh = [s for s in todo if not s.cached or s.base in pinned]",
       "            fresh = [s for s in todo if not s.cached]", "tests/engine/test_reuse_costs.py"),
+    # --- the supervisor's deadlines -----------------------------------------------------
+    m("deadline: timeout_ms read as tenths of a second", SERVER + "supervisor.py",
+      "        deadline = None if request.timeout_ms is None else received + request.timeout_ms / 1000",
+      "        deadline = None if request.timeout_ms is None else received + request.timeout_ms / 100",
+      "tests/server/test_promises_requests.py::test_deadline_exceeded_comes_once_timeout_ms_has_passed_and_soon_after"),
+    # --- the client's retries (calls.py, client.py, async_client.py) ---------------------
+    m("retries: the deadline guard forgets the pause", CLIENT + "calls.py",
+      "            if deadline is not None and time.monotonic() + pause >= deadline:",
+      "            if deadline is not None and time.monotonic() >= deadline:", *CALLS),
+    m("retries: control ops sent again when a connection drops", CLIENT + "calls.py",
+      "                resends = self.retries if op in IDEMPOTENT else 0",
+      "                resends = self.retries", *CALLS),
+    m("retries: control ops retried on a retryable error", CLIENT + "calls.py",
+      "            if not todo or op not in IDEMPOTENT or attempt >= self.retries:",
+      "            if not todo or attempt >= self.retries:", *CALLS),
+    m("retries: one retry more than asked", CLIENT + "calls.py",
+      "            if not todo or op not in IDEMPOTENT or attempt >= self.retries:",
+      "            if not todo or op not in IDEMPOTENT or attempt > self.retries:", *CALLS),
+    m("retries: errors that are not retryable retried", CLIENT + "calls.py",
+      "    return isinstance(outcome, JevanyError) and outcome.retryable",
+      "    return isinstance(outcome, JevanyError)", *CALLS),
+    m("retries: pauses grow by 50 ms, not double", CLIENT + "calls.py",
+      "    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2**attempt) * random.uniform(0.5, 1.0)",
+      "    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * (attempt + 1)) * random.uniform(0.5, 1.0)", *CALLS),
+    m("retries: pauses not capped at 1 s", CLIENT + "calls.py",
+      "    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2**attempt) * random.uniform(0.5, 1.0)",
+      "    return BACKOFF_FIRST_S * 2**attempt * random.uniform(0.5, 1.0)", *CALLS),
+    m("retries: the jitter may take off the whole pause", CLIENT + "calls.py",
+      "    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2**attempt) * random.uniform(0.5, 1.0)",
+      "    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2**attempt) * random.uniform(0.0, 1.0)", *CALLS),
+    m("retries: the daemon told the call's whole timeout, not what is left", CLIENT + "calls.py",
+      "                    payload = yield from self._encode(rid, op, bodies[i], _daemon_ms(timeout_ms, left))",
+      "                    payload = yield from self._encode(rid, op, bodies[i], _daemon_ms(timeout_ms, wait))",
+      *CALLS),
+    m("retries: the time left sent in seconds, not milliseconds", CLIENT + "calls.py",
+      "        return None if left is None else math.ceil(left * 1000)",
+      "        return None if left is None else math.ceil(left)", *CALLS),
+    m("drops: resends past the retries bound (JevClient)", CLIENT + "client.py",
+      "            if self.resends_left[rid] > 0:",
+      "            if self.resends_left[rid] >= 0:", *CALLS),
+    m("drops: what a dropped connection held never sent again (JevClient)", CLIENT + "client.py",
+      "                self.unsent.append(rid)",
+      "                pass", *CALLS),
+    m("drops: resends past the retries bound (AsyncJevClient)", CLIENT + "async_client.py",
+      "            if entry.resends_left > 0:",
+      "            if entry.resends_left >= 0:", *CALLS),
+    m("replies: a timed-out request never sent counted as sent", CLIENT + "client.py",
+      "            self.outcomes[rid] = timeout_error(step, where, rid, rid in self.sent, self.unattributed)",
+      "            self.outcomes[rid] = timeout_error(step, where, rid, True, self.unattributed)",
+      "tests/client/test_client.py::test_unreachable_daemon_times_out_without_sending"),
+    m("replies: a daemon answering shutting_down stays in the pool (JevClient)", CLIENT + "client.py",
+      "                peer.draining = True     # out of the pool now; the retry goes elsewhere",
+      "                pass", FLEET_ROUTING + "::test_a_daemon_answering_shutting_down_leaves_the_pool_at_once"),
+    m("replies: a daemon answering shutting_down stays in the pool (AsyncJevClient)", CLIENT + "async_client.py",
+      "                peer.draining = True     # out of the pool now; the retry goes elsewhere",
+      "                pass", FLEET_ROUTING + "::test_a_daemon_answering_shutting_down_leaves_the_pool_at_once"),
+    # --- the worker's pipeline (worker_loop.py) ------------------------------------------
+    m("worker: work taken ahead keeps no deadline", SERVER + "worker_loop.py",
+      "            deadlines.append(None if left is None else now + float(left))",
+      "            deadlines.append(None)", WORKER_LOOP),
+    m("worker: no deadline check before a pass", SERVER + "worker_loop.py",
+      "            self.expire()",
+      "            pass", WORKER_LOOP),
+    m("worker: work without a deadline expires", SERVER + "worker_loop.py",
+      "            if self.deadlines.get(key, now + 1) <= now:",
+      "            if self.deadlines.get(key, now - 1) <= now:", WORKER_LOOP),
+    m("worker: an expired request scored as well", SERVER + "worker_loop.py",
+      "            else:\n                kept.append(pending)",
+      "            if True:\n                kept.append(pending)", WORKER_LOOP),
+    m("worker: a request refused at admission never answered", SERVER + "worker_loop.py",
+      "                self.ready.append(_wire(tag, exc))",
+      "                pass", WORKER_LOOP),
+    m("worker: every answer marked the last", SERVER + "worker_loop.py",
+      "        kind = channel.EARLY if self.busy else channel.RESULTS",
+      "        kind = channel.RESULTS", WORKER_LOOP),
+    m("worker: on an accelerator the next pass waits for this one's answers", SERVER + "worker_loop.py",
+      "            self.launch()         # the device starts the next pass while this one is answered",
+      "            pass", WORKER_LOOP),
+    m("worker: hand-overs during a pass wait for it to end", SERVER + "worker_loop.py",
+      "        if asynchronous:\n            # While the device runs",
+      "        if False:\n            # While the device runs", WORKER_LOOP),
+    # --- GPU-aware group commit (gather.py) ----------------------------------------------
+    m("gather: waits with a full pass queued", SERVER + "gather.py",
+      "        if queued >= full:", "        if queued > full:", GATHER),
+    m("gather: waits longer than the fixed cost justifies", SERVER + "gather.py",
+      "        wait = min(self.max_wait_s, FIXED_SHARE * self.cost.fixed_s())",
+      "        wait = max(self.max_wait_s, FIXED_SHARE * self.cost.fixed_s())", GATHER),
+    m("gather: waits for clients that come back late", SERVER + "gather.py",
+      "        if self.return_s is None or self.return_s > wait:",
+      "        if self.return_s is None:", GATHER),
+    m("gather: clients past the window still waited for", SERVER + "gather.py",
+      "            if now - at > wait:", "            if now - at > 2 * wait:", GATHER),
+    m("gather: the window counted from now, not from the last answer", SERVER + "gather.py",
+      "        return last + wait", "        return now + wait", GATHER),
+    m("gather: a client that came back still counted as out", SERVER + "gather.py",
+      "        if count <= 1:", "        if count < 1:", GATHER),
+    m("gather: the newest return time weighs four fifths", SERVER + "gather.py",
+      "        self.return_s = gap if self.return_s is None else (1 - SMOOTHING) * self.return_s + SMOOTHING * gap",
+      "        self.return_s = gap if self.return_s is None else SMOOTHING * self.return_s + (1 - SMOOTHING) * gap",
+      GATHER),
+    m("gather: the newest pass cost weighs four fifths", SERVER + "gather.py",
+      "(1 - SMOOTHING) * old[1] + SMOOTHING * seconds)", "SMOOTHING * old[1] + (1 - SMOOTHING) * seconds)", GATHER),
+    m("gather: failed passes teach the cost", SERVER + "gather.py",
+      "            if len(record) > 4 and record[4]:", "            if len(record) > 4:", GATHER),
+    m("gather: a falling cost makes the fixed part more than a pass costs", SERVER + "gather.py",
+      "        return max(0.0, my - max(0.0, slope) * mx)", "        return max(0.0, my - slope * mx)", GATHER),
+    m("gather: one size class trusted for the fit", SERVER + "gather.py",
+      "        if len(self.classes) < MIN_CLASSES:", "        if not self.classes:", GATHER),
+    m("gather: the newest client forgotten when memory is full", SERVER + "gather.py",
+      "            del self._answered[next(iter(self._answered))]",
+      "            del self._answered[next(reversed(self._answered))]", GATHER),
+    # --- client routing (routing.py, fleet.py) -------------------------------------------
+    m("routing: least_loaded takes the more loaded of two", CLIENT + "routing.py",
+      "        return peers[a] if peers[a].load(now) <= peers[b].load(now) else peers[b]",
+      "        return peers[a] if peers[a].load(now) >= peers[b].load(now) else peers[b]", ROUTING),
+    m("routing: a load report never fades", CLIENT + "fleet.py",
+      "        fading = 0.5 ** (max(0.0, now - self.reported_at) / REPORT_HALF_LIFE_S)",
+      "        fading = 1.0", ROUTING),
+    m("routing: our own requests counted twice in a report", CLIENT + "fleet.py",
+      "        self.others = max(0, queue + inflight - len(self.pending))",
+      "        self.others = max(0, queue + inflight)", ROUTING),
+    m("routing: the affinity bound leaves out the request being placed", CLIENT + "routing.py",
+      "        bound = math.ceil(BALANCE_FACTOR * (sum(loads.values()) + 1) / len(loads))",
+      "        bound = math.ceil(BALANCE_FACTOR * sum(loads.values()) / len(loads))", ROUTING),
+    m("routing: a peer at its bound still takes the key", CLIENT + "routing.py",
+      "            if loads[name] + 1 <= bound:", "            if loads[name] <= bound:", ROUTING),
+    m("routing: round_robin stuck on one peer", CLIENT + "routing.py",
+      "        self._turn += 1", "        self._turn += 0", ROUTING),
+    m("routing: the affinity key digests the whole state", CLIENT + "routing.py",
+      "    return hashlib.sha256(bytes(head[:AFFINITY_PREFIX_BYTES])).hexdigest()[:16]",
+      "    return hashlib.sha256(bytes(head)).hexdigest()[:16]", ROUTING),
+    m("routing: the affinity key depends on key order", CLIENT + "routing.py",
+      "json.JSONEncoder(sort_keys=True,", "json.JSONEncoder(sort_keys=False,", ROUTING),
+    m("fleet: a draining daemon stays in the pool", CLIENT + "fleet.py",
+      "        return not (self.dropped or self.draining or self.retiring)",
+      "        return not (self.dropped or self.retiring)", ROUTING,
+      FLEET_ROUTING + "::test_a_daemon_answering_shutting_down_leaves_the_pool_at_once"),
+    m("fleet: with every daemon out, the draining ones are not used", CLIENT + "fleet.py",
+      "        return pool or [p for p in self.peers.values() if p.draining and not (p.dropped or p.retiring)]",
+      "        return pool", ROUTING),
+    m("fleet: a draining daemon that reconnects stays out", CLIENT + "fleet.py",
+      "        self.dropped = self.draining = False", "        self.dropped = False", ROUTING),
+    m("fleet: a retiring daemon closed while it holds requests", CLIENT + "fleet.py",
+      "        closing = [peer for peer in self.peers.values() if peer.retiring and not peer.pending]",
+      "        closing = [peer for peer in self.peers.values() if peer.retiring]", ROUTING),
+    m("fleet: a name's vanished address never retired", CLIENT + "fleet.py",
+      "                peer.retiring = endpoint not in wanted", "                peer.retiring = False", ROUTING,
+      FLEET_ROUTING + "::test_addresses_join_and_leave_as_the_records_change"),
+    # --- attack defences: decode caps (protocol.py) ---------------------------------------
+    m("caps: a map reaching the caps refused", CLIENT + "protocol.py",
+      "        self.values += len(pairs)\n        self.containers += 1\n"
+      "        if self.values > MAX_VALUES or self.containers > MAX_CONTAINERS:",
+      "        self.values += len(pairs)\n        self.containers += 1\n"
+      "        if self.values >= MAX_VALUES or self.containers >= MAX_CONTAINERS:", HOSTILE_PAYLOADS),
+    m("caps: arrays not counted as containers", CLIENT + "protocol.py",
+      "        self.values += len(items)\n        self.containers += 1\n",
+      "        self.values += len(items)\n", HOSTILE_PAYLOADS),
+    m("caps: maps' pairs not counted as values", CLIENT + "protocol.py",
+      "        self.values += len(pairs)\n", "        self.values += 1\n", HOSTILE_PAYLOADS),
+    m("caps: a refusal for the counts loses the id", CLIENT + "protocol.py",
+      "        raise InvalidRequestError(_too_many_problem(), request_id=_salvage_id(payload)) from None",
+      "        raise InvalidRequestError(_too_many_problem(), request_id=None) from None", HOSTILE_PAYLOADS),
+    m("caps: an id of 257 bytes accepted", CLIENT + "protocol.py",
+      "    return None if size <= MAX_ID_BYTES else", "    return None if size <= MAX_ID_BYTES + 1 else",
+      "tests/client/test_protocol.py"),
+    m("caps: the timestamp extension accepted", CLIENT + "protocol.py",
+      "    max_ext_len=0,\n", "    max_ext_len=1 << 20,\n", "tests/client/test_protocol.py"),
+    # --- attack defences: media files (media/files.py) ------------------------------------
+    m("media: a FIFO opened blocking", "jevany_daemon/media/files.py",
+      "os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC", "os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC",
+      HOSTILE_MEDIA),
+    m("media: a final symlink followed", "jevany_daemon/media/files.py",
+      "os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC", "os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC",
+      HOSTILE_MEDIA),
+    m("media: what is not a regular file read", "jevany_daemon/media/files.py",
+      "        if not stat.S_ISREG(st.st_mode):", "        if False:", HOSTILE_MEDIA),
+    m("media: the cap trusts the size fstat reports", "jevany_daemon/media/files.py",
+      "            chunk = os.read(fd, min(_CHUNK, max_bytes + 1 - size))",
+      "            chunk = os.read(fd, min(_CHUNK, max_bytes - size))", HOSTILE_MEDIA),
+    m("media: checked bytes compared by size alone", "jevany_daemon/media/files.py",
+      "    if len(data) != size or hashlib.sha256(data).hexdigest() != expected:",
+      "    if len(data) != size:", HOSTILE_MEDIA),
+    # --- attack defences: tenant isolation in the prefix cache -----------------------------
+    m("tenants: every entry usable by everyone", ENGINE + "prefix_cache.py",
+      "        return entry.pinned or entry.tenant == tenant", "        return True", TENANTS),
+    m("tenants: a request without a tenant sees every entry", ENGINE + "prefix_cache.py",
+      "        return entry.pinned or entry.tenant == tenant",
+      "        return entry.pinned or tenant is None or entry.tenant == tenant", TENANTS),
+    m("tenants: an entry without a tenant is everyone's", ENGINE + "prefix_cache.py",
+      "        return entry.pinned or entry.tenant == tenant",
+      "        return entry.pinned or entry.tenant is None or entry.tenant == tenant", TENANTS),
+    m("tenants: another tenant's exact state served whole", ENGINE + "prefix_cache.py",
+      "        if whole is not None and self._usable(whole, tenant):", "        if whole is not None:", TENANTS),
+    m("tenants: get serves another tenant's state", ENGINE + "prefix_cache.py",
+      "        if entry is None or not self._usable(entry, tenant):", "        if entry is None:", TENANTS),
+    m("tenants: entries kept without their tenant", ENGINE + "prefix_cache.py",
+      "        self._entries[tokens] = Entry(cache, nbytes, tenant=tenant)",
+      "        self._entries[tokens] = Entry(cache, nbytes)", TENANTS),
+    m("tenants: a tenant's state replaces the shared head", ENGINE + "prefix_cache.py",
+      "        if tokens in self._entries and self._entries[tokens].pinned:", "        if False:", TENANTS),
 ]
+
+
+def pytest_env() -> dict:
+    """The children import this checkout's code, whatever copy the interpreter has installed."""
+    paths = [str(ROOT), str(ROOT / "client"), os.environ.get("PYTHONPATH")]
+    return {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p)}
+
+
+def run_tests(tests: tuple[str, ...], timeout: float) -> str:
+    """'passed', 'failed' or 'timeout' for one child pytest (-x), its process group ended after."""
+    # Its own session, so what the tests started (daemons, fake daemons) goes with it on a timeout.
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider", *tests],
+                            cwd=ROOT, env=pytest_env(), stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        code = proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        code = None
+    finally:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)      # a hung test, or a daemon a failed test left behind
+        except ProcessLookupError:
+            pass
+        proc.wait()
+    if code in (4, 5):
+        raise SystemExit(f"pytest {' '.join(tests)}: exit {code} (a usage error, or no tests collected): "
+                         "update scripts/mutate.py")
+    return "timeout" if code is None else "passed" if code == 0 else "failed"
+
+
+def forget_bytecode(path: Path) -> None:
+    # A mutant of the same size written within the second of its original would otherwise be run
+    # from the original's cached bytecode (and the original, restored, from the mutant's).
+    for cached in (path.parent / "__pycache__").glob(f"{path.stem}.*.pyc"):
+        cached.unlink(missing_ok=True)
+
+
+def check(mutation: Mutation) -> str:
+    """The file's text, once it is known to hold the line to mutate exactly once."""
+    original = (ROOT / mutation.path).read_text()
+    if original.count(mutation.before) != 1:
+        raise SystemExit(f"{mutation.name}: the line to mutate occurs {original.count(mutation.before)} times in "
+                         f"{mutation.path}, not once; update scripts/mutate.py")
+    return original
 
 
 def run(mutation: Mutation, timeout: float) -> tuple[str, float]:
     """('killed' | 'survived' | 'timeout', seconds) for one mutation, its file restored afterwards."""
     path = ROOT / mutation.path
-    original = path.read_text()
-    if original.count(mutation.before) != 1:
-        raise SystemExit(f"{mutation.name}: the line to mutate occurs {original.count(mutation.before)} times in "
-                         f"{mutation.path}, not once; update scripts/mutate.py")
+    original = check(mutation)
     started = time.monotonic()
     try:
         path.write_text(original.replace(mutation.before, mutation.after))
-        proc = subprocess.run([sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
-                               *mutation.tests], cwd=ROOT, capture_output=True, timeout=timeout)
-        outcome = "survived" if proc.returncode == 0 else "killed"
-    except subprocess.TimeoutExpired:
-        outcome = "timeout"
+        forget_bytecode(path)
+        outcome = {"passed": "survived", "failed": "killed", "timeout": "timeout"}[run_tests(mutation.tests, timeout)]
     finally:
         path.write_text(original)
+        forget_bytecode(path)
     return outcome, time.monotonic() - started
 
 
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="+", metavar="WORD", help="mutations whose name contains one of these")
-    parser.add_argument("--list", action="store_true", help="list the mutations and exit")
-    parser.add_argument("--timeout", type=float, default=600.0, help="seconds a mutation's tests may take")
+    parser.add_argument("--list", action="store_true", help="list the mutations (each line checked) and exit")
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds a mutation's tests may take")
     parser.add_argument("--require", type=float, default=0.95, help="score below which the exit status is 1")
+    parser.add_argument("--no-baseline", action="store_true",
+                        help="skip running each test selection unmutated first")
     args = parser.parse_args(argv)
     chosen = [mu for mu in MUTATIONS if not args.only or any(w in mu.name for w in args.only)]
+    for mu in chosen:
+        check(mu)
     if args.list:
         for mu in chosen:
             print(f"{mu.name}  [{mu.path}; {' '.join(mu.tests)}]")
         return 0
+    if not args.no_baseline:
+        # A selection that fails unmutated would count every mutation of it as killed.
+        for tests in dict.fromkeys(mu.tests for mu in chosen):
+            started = time.monotonic()
+            outcome = run_tests(tests, args.timeout)
+            print(f"baseline {time.monotonic() - started:6.1f} s  {outcome}: {' '.join(tests)}", flush=True)
+            if outcome != "passed":
+                raise SystemExit(f"the tests {' '.join(tests)} do not pass unmutated; fix them first")
     outcomes = []
     for mu in chosen:
         outcome, seconds = run(mu, args.timeout)

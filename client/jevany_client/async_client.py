@@ -464,8 +464,10 @@ class AsyncJevClient(ClientOptions):
                 continue
             peer.pending.discard(rid)
             entry.peer = None
-            idle = entry.resend is None or entry.resend.done()
-            if idle and entry.resends_left > 0:
+            # It was sent here, so any resend of it has done its sending (a resend still waiting
+            # for a daemon holds no peer): a resend that has sent but not yet returned must not
+            # keep a request whose connection drops at once from going again.
+            if entry.resends_left > 0:
                 entry.resends_left -= 1
                 entry.resend = asyncio.ensure_future(self._deliver(rid, entry))
                 entry.resend.add_done_callback(_consume)

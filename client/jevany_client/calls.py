@@ -276,9 +276,8 @@ def check_timeout(timeout: float | None) -> float | None:
 
 
 def worth_retrying(outcome: Any) -> bool:
-    # A timeout has spent the call's time already; anything else the daemon calls retryable is.
-    if isinstance(outcome, JevTimeoutError):
-        return False
+    # A JevTimeoutError is retryable too, but comes only once an exchange has waited out what the
+    # call had left: the deadline has passed, and the guard before each pause (_tries) ends the call.
     return isinstance(outcome, JevanyError) and outcome.retryable
 
 

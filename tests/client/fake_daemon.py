@@ -15,7 +15,7 @@ the next one, so one slow request never holds up the others. Every reply
 result carries "order": how many replies this daemon had sent before it, and
 a decide result "peer": the hex ROUTER identity of the socket that sent it.
 A control op whose body is {"error": CODE} gets the error reply for CODE.
-Two more `decide` states:
+More `decide` states:
   {"record": K, "error": CODE} the error reply for CODE; the arrival time is
                                kept, and status "arrivals" lists them by K
   {"duplicate_after": S, ...}  the echo at once, and the same reply again S
@@ -25,6 +25,11 @@ Two more `decide` states:
   {"refuse_on": NAME, "error": CODE, ...}
                                the error reply for CODE from the daemon named
                                NAME, the echo at once elsewhere
+  {"record": K, "drop": true}  never answered: the arrival time is kept (status
+                               "arrivals"), and the socket it came in on is
+                               closed and bound again, so every connection to
+                               that endpoint drops and clients reconnect
+A control op whose body is {"record": K, "drop": true} does the same.
 With --load Q every decide reply carries the load {"queue": Q, "inflight": 0}
 (PROTOCOL.md); status "decided" counts the decide requests received. With
 --state S its status says state S (default "ready").
@@ -56,6 +61,7 @@ class FakeDaemon:
         self.started = time.monotonic()
         self.context = zmq.Context()
         self.control_sockets = set()
+        self.bound: dict = {}       # socket -> its endpoint
         self.poller = zmq.Poller()
         self.endpoints = [self._bind(e) for e in public]
         if control is not None:
@@ -74,9 +80,27 @@ class FakeDaemon:
         sock.setsockopt(zmq.LINGER, 0)
         sock.bind(endpoint)
         self.poller.register(sock, zmq.POLLIN)
+        self.bound[sock] = endpoint
         if is_control:
             self.control_sockets.add(sock)
         return endpoint
+
+    def drop_connections(self, sock: zmq.Socket) -> None:
+        """Close the socket and bind its ipc endpoint again: its connections drop, and clients reconnect."""
+        endpoint, is_control = self.bound.pop(sock), sock in self.control_sockets
+        self.control_sockets.discard(sock)
+        self.poller.unregister(sock)
+        sock.close(linger=0)
+        # ZeroMQ leaves a named ipc socket's file behind as it closes, and a bind replaces the file.
+        self._bind(endpoint, is_control)
+
+    def dropped(self, sock: zmq.Socket, asked) -> bool:
+        """{"record": K, "drop": true}: its arrival kept, no answer, the connections dropped."""
+        if not (isinstance(asked, dict) and asked.get("drop") is True and "record" in asked):
+            return False
+        self.arrivals.setdefault(asked["record"], []).append(time.monotonic())
+        self.drop_connections(sock)
+        return True
 
     def run(self) -> None:
         while True:
@@ -92,10 +116,11 @@ class FakeDaemon:
     def send_due(self) -> None:
         while self.due and self.due[0][0] <= time.monotonic():
             _, _, sock, envelope, rid, result = heapq.heappop(self.due)
-            self.reply_ok(sock, envelope, rid, result)
+            if not sock.closed:          # its connections dropped meanwhile: the reply is lost with them
+                self.reply_ok(sock, envelope, rid, result)
 
     def drain(self, sock: zmq.Socket) -> None:
-        while True:
+        while not sock.closed:       # a request may have dropped its connections
             try:
                 frames = sock.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
@@ -144,6 +169,8 @@ class FakeDaemon:
         self.reply_ok(sock, envelope, request.id, {"models": [model]})
 
     def op_clear_cache(self, sock, envelope, request) -> None:
+        if self.dropped(sock, request.body):
+            return
         code = (request.body or {}).get("error")
         if code is not None:
             return self.reply_error(sock, envelope, request.id, fake_error(code))
@@ -155,6 +182,8 @@ class FakeDaemon:
         state = request.body.get("state")
         rid = request.id
         self.decided += 1
+        if self.dropped(sock, state):
+            return
         if isinstance(state, dict) and state.get("refuse_on") == self.name:
             return self.reply_error(sock, envelope, rid, fake_error(state["error"]))
         if isinstance(state, dict) and "record" in state:

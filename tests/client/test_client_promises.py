@@ -1,13 +1,16 @@
 """JevClient's promises about replies and retries, seen from the fake daemon's side of the socket:
 a duplicate reply is dropped, a control op is sent once, and retry pauses double from 50 ms."""
 import itertools
+import math
 import os
 import random
+import time
 
 import pytest
 
 from jevany_client import JevClient, Noul, OverloadedError, ShuttingDownError, decide_body
-from jevany_client.calls import Exchange, Pause
+from jevany_client.calls import REMAINING, Exchange, Pause
+from jevany_client.protocol import decode_request
 
 QUESTIONS = {"ok": Noul()}
 _keys = itertools.count()
@@ -84,3 +87,30 @@ def test_the_retry_pauses_are_exactly_50_ms_doubling_to_1_s_with_at_most_half_ta
     assert isinstance(outcome, OverloadedError) and sent == 8            # the first try and seven retries
     full = [0.05, 0.1, 0.2, 0.4, 0.8, 1.0, 1.0]
     assert pauses == pytest.approx(full if jitter == "longest" else [p / 2 for p in full])
+
+
+def test_each_try_tells_the_daemon_the_time_the_call_has_left():
+    """timeout_ms of each try is what the call has left then, in milliseconds: the daemon answers
+    deadline_exceeded rather than score a request the caller has stopped waiting for."""
+    client = JevClient("tcp://127.0.0.1:9", timeout=None, retries=3)     # never connected: nothing is sent
+    tries = client._tries("decide", [decide_body("s", QUESTIONS)], 2.0, REMAINING, False)
+    started, told, paused = time.monotonic(), [], 0.0
+    step = next(tries)
+    try:
+        while True:
+            if isinstance(step, Exchange):
+                [(rid, payload)] = step.requests
+                told.append((decode_request(payload).timeout_ms, step.wait, paused))
+                step = tries.send({rid: OverloadedError("busy", request_id=rid)})
+            else:
+                time.sleep(step.seconds)
+                paused += step.seconds
+                step = tries.send(None)
+    except StopIteration:
+        pass
+    finally:
+        client.close()
+    assert len(told) == 4 and time.monotonic() - started < 2.0
+    for ms, wait, paused_before in told:
+        assert ms == math.ceil(wait * 1000)                 # the round's own wait, in milliseconds
+        assert 2000 - 1000 * (time.monotonic() - started) <= ms <= 2000 - 1000 * paused_before + 1

@@ -34,13 +34,25 @@ def reach_all(client: JevClient, names: set[str]) -> None:
         seen.add(client.ping()["server"])
 
 
-def test_a_daemon_answering_shutting_down_leaves_the_pool_at_once(socket_dir):
+@pytest.mark.parametrize("client", ["JevClient", "AsyncJevClient"])
+def test_a_daemon_answering_shutting_down_leaves_the_pool_at_once(socket_dir, client):
+    states = [{"refuse_on": "leaving", "error": "shutting_down", "n": n} for n in range(10)]
+
+    async def decide_async(endpoints):
+        async with AsyncJevClient(endpoints, timeout=10.0, retries=2, routing="round_robin") as ajc:
+            seen = set()
+            while seen != {"leaving", "staying"}:
+                seen.add((await ajc.ping())["server"])
+            return [(await ajc.decide(state, QUESTIONS))["server"] for state in states]
+
     with fake_daemon(socket_dir, "leaving") as leaving, fake_daemon(socket_dir, "staying") as staying:
-        with JevClient([leaving.endpoint, staying.endpoint], timeout=10.0, retries=2,
-                       routing="round_robin") as client:
-            reach_all(client, {"leaving", "staying"})
-            states = [{"refuse_on": "leaving", "error": "shutting_down", "n": n} for n in range(10)]
-            servers = [client.decide(state, QUESTIONS)["server"] for state in states]
+        endpoints = [leaving.endpoint, staying.endpoint]
+        if client == "JevClient":
+            with JevClient(endpoints, timeout=10.0, retries=2, routing="round_robin") as jc:
+                reach_all(jc, {"leaving", "staying"})
+                servers = [jc.decide(state, QUESTIONS)["server"] for state in states]
+        else:
+            servers = asyncio.run(asyncio.wait_for(decide_async(endpoints), WITHIN_S))
         assert servers == ["staying"] * 10          # the one refused was retried on the other
         assert decided(leaving) == 1                # and nothing went there after its refusal
 

@@ -1,13 +1,18 @@
 """Retries of retryable errors, and the CurveZMQ key arguments (against the fake daemon)."""
+import asyncio
+import os
+import random
 import time
 
 import pytest
 import zmq
 
-from jevany_client import InvalidRequestError, JevClient, OverloadedError, ShuttingDownError
+from jevany_client import (AsyncJevClient, InvalidRequestError, JevanyError, JevClient, OverloadedError,
+                           ShuttingDownError)
 from jevany_client.questions import Noul
 
 QUESTIONS = {"ok": Noul()}
+TIMEOUT_S = 0.4
 
 
 def errors(daemon, code: str) -> int:
@@ -43,12 +48,42 @@ def test_errors_that_are_not_retryable_are_not_retried(daemon):
     assert errors(daemon, "invalid_request") - before == 1
 
 
-def test_retries_stay_within_the_call_timeout(daemon):
-    started = time.monotonic()
-    with JevClient(daemon.endpoint, timeout=0.4, retries=1000) as client:
-        with pytest.raises(OverloadedError):
-            client.decide("error:overloaded", QUESTIONS)
-    assert time.monotonic() - started < 2
+def timed_failure(client: str, endpoint: str, body: dict) -> tuple[JevanyError, float]:
+    """(the error a decide of body ends in, its seconds), on a client already connected."""
+    if client == "JevClient":
+        with JevClient(endpoint, timeout=TIMEOUT_S, retries=1000) as jc:
+            jc.ping(timeout=10.0)           # connected: what is timed is the tries alone
+            started = time.monotonic()
+            with pytest.raises(JevanyError) as err:
+                jc.decide(body, QUESTIONS)
+            return err.value, time.monotonic() - started
+
+    async def call():
+        async with AsyncJevClient(endpoint, timeout=TIMEOUT_S, retries=1000) as ajc:
+            await ajc.ping(timeout=10.0)
+            started = time.monotonic()
+            with pytest.raises(JevanyError) as err:
+                await ajc.decide(body, QUESTIONS)
+            return err.value, time.monotonic() - started
+    return asyncio.run(call())
+
+
+@pytest.mark.parametrize("client", ["JevClient", "AsyncJevClient"])
+def test_retries_stay_within_the_call_timeout(daemon, monkeypatch, client):
+    """A pause that would end past the call's timeout is not taken: the call ends within its timeout.
+
+    The jitter is fixed at 0.8, so the pauses are 40, 80, 160, 320 ms...: the fourth try goes near
+    0.29 s, and the 320 ms pause after it would end past the 0.4 s timeout, so the call ends there.
+    One that took that pause anyway would end after 0.6 s; the bound leaves 0.15 s for a busy machine.
+    """
+    monkeypatch.setattr(random, "uniform", lambda low, high: 0.8)
+    key = f"within-{client}-{os.getpid()}"
+    error, elapsed = timed_failure(client, daemon.endpoint, {"record": key, "error": "overloaded"})
+    # overloaded, or a timeout where a busy machine made the last reply come too late
+    assert error.code in ("overloaded", "timeout")
+    assert elapsed < TIMEOUT_S + 0.15, elapsed
+    with JevClient(daemon.endpoint, timeout=5.0) as c:
+        assert len(c.status()["arrivals"][key]) >= 2        # it did try again
 
 
 def test_bad_retries_are_refused():

@@ -1,11 +1,12 @@
-"""The routing policies and the affinity key, as plain logic: no sockets, a seeded random source."""
+"""The routing policies, the affinity key and the pool of peers, as plain logic: no sockets, a seeded
+random source."""
 import math
 import random
 from collections import Counter
 
 import pytest
 
-from jevany_client.fleet import Peer
+from jevany_client.fleet import Fleet, Peer
 from jevany_client.routing import (
     AFFINITY_PREFIX_BYTES,
     BALANCE_FACTOR,
@@ -120,3 +121,29 @@ def test_routing_names_are_checked_and_default_by_the_number_of_daemons():
     assert check_routing(None, several=False) == "round_robin"
     with pytest.raises(ValueError, match="least_loaded, affinity, round_robin"):
         check_routing("random", several=True)
+
+
+def test_the_pool_drops_a_peer_that_drops_or_drains_and_takes_it_back_on_a_new_connection():
+    endpoints = ["tcp://10.0.0.1:5555", "tcp://10.0.0.2:5555"]
+    fleet = Fleet(endpoints, None, clock=lambda: NOW)
+    added, _ = fleet.refresh()
+    one, two = added
+    assert fleet.candidates() == [one, two]
+    two.draining = True                       # it answered shutting_down
+    assert fleet.candidates() == [one]
+    one.dropped = True                        # every peer out: the draining one still takes requests,
+    assert fleet.candidates() == [two]        # its shutting_down an answer the caller's retries act on
+    one.connected()
+    two.connected()                           # both reconnected (restarted)
+    assert fleet.candidates() == [one, two]
+
+
+def test_a_peer_discovery_no_longer_lists_takes_nothing_new_and_closes_once_it_holds_nothing():
+    endpoints = ["tcp://10.0.0.1:5555", "tcp://10.0.0.2:5555"]
+    fleet = Fleet(endpoints, None, clock=lambda: NOW)
+    one, two = fleet.refresh()[0]
+    two.pending.add("r1")                     # a request of ours it still holds
+    assert fleet.apply({one.endpoint}) == ([], [])
+    assert two.retiring and fleet.candidates() == [one] and two.endpoint in fleet.peers
+    two.pending.clear()                       # answered
+    assert fleet.apply(None) == ([], [two]) and two.endpoint not in fleet.peers

@@ -312,6 +312,10 @@ def test_a_tenants_entries_are_its_own_the_head_is_everyones():
     assert cache.get((1, 2, 3, 4), "bob") is None and cache.get((1, 2, 3, 4), "alice") is not None
     assert cache.put((1, 2, 3, 4), fake_cache(10), tenant="bob")      # the same state: bob's now, not shared
     assert cache.peek((1, 2, 3, 4), "alice") == 2 and cache.peek((1, 2, 3, 4), "bob") == 4
+    assert cache.put((1, 2, 9), fake_cache(10))                       # no tenant's (in-process): not shared
+    assert cache.peek((1, 2, 9), "alice") == 2 and cache.peek((1, 2, 9)) == 3
+    assert not cache.put((1, 2), fake_cache(10), tenant="alice")      # a tenant never takes the head
+    assert cache.peek((1, 2, 5), "bob") == 2 and cache.pinned() == [(1, 2)]
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])

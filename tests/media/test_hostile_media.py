@@ -91,6 +91,22 @@ def test_bytes_rewritten_in_place_with_size_time_and_inode_kept_are_refused(root
         read_verified(path, stamp)
 
 
+def test_a_final_symlink_is_refused_and_the_cap_holds_on_what_is_read_not_on_the_size_reported(root):
+    from jevany_daemon.media.files import read_regular
+
+    (root / "a.png").write_bytes(b"x" * 16)
+    (root / "link.png").symlink_to(root / "a.png")      # a symlink swapped in behind the path checks
+    with pytest.raises(InvalidRequestError, match="not a regular file"):
+        read_regular(root / "link.png", 100)
+    assert read_regular(root / "a.png", 16) == b"x" * 16                # at the cap: read whole
+    with pytest.raises(InvalidRequestError, match="exceeds 15 bytes"):
+        read_regular(root / "a.png", 15)
+    # A file that grows while it is read, as /proc's do: fstat says 0 bytes, and more come.
+    assert os.stat("/proc/self/status").st_size == 0
+    with pytest.raises(InvalidRequestError, match="exceeds 16 bytes"):
+        read_regular("/proc/self/status", 16)
+
+
 def _lying_avi(path, big=(640, 480), frames=7):
     """One 64x48 frame, as the header says, then bigger ones (MJPEG frames carry their own size)."""
     with av.open(str(path), "w", format="avi") as out:

@@ -15,8 +15,12 @@ FAULTS = Path(__file__).resolve().parent / "faults"
 
 
 def fault_env(triggers: Path) -> dict:
-    """The environment that puts faults/sitecustomize.py into the daemon's workers, reading triggers there."""
-    return {"PYTHONPATH": str(FAULTS), "JEVANY_TEST_FAULT_DIR": str(triggers)}
+    """The environment that puts faults/sitecustomize.py into the daemon's workers, reading triggers there.
+
+    The caller's own PYTHONPATH follows it, so a daemon runs the code the tests import (a worktree's,
+    or a file scripts/mutate.py has mutated), not whatever copy the interpreter has installed."""
+    path = os.pathsep.join(p for p in (str(FAULTS), os.environ.get("PYTHONPATH")) if p)
+    return {"PYTHONPATH": path, "JEVANY_TEST_FAULT_DIR": str(triggers)}
 
 
 @contextmanager

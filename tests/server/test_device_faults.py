@@ -17,15 +17,15 @@ from jevany_daemon import workloads
 from jevany_daemon.parity import compare
 
 from .daemons import wait_for
+from .shared_daemons import fault_env
 
-FAULTS = Path(__file__).resolve().parent / "faults"
 BODY = workloads.short(1, seed=9)[0]
 
 
 @pytest.fixture
 def faulty_daemon(start_daemon, tmp_path):
     def start(*args):
-        daemon = start_daemon(*args, env={"PYTHONPATH": str(FAULTS), "JEVANY_TEST_FAULT_DIR": str(tmp_path)})
+        daemon = start_daemon(*args, env=fault_env(tmp_path))
         return daemon, tmp_path
     return start
 

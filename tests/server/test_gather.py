@@ -1,6 +1,8 @@
 """GPU-aware group commit (server/gather.py): wait for answered clients only where passes cost the same
 at any size, only for as long as the measurements justify, and never for a lone client."""
-from jevany_daemon.server.gather import MAX_WAIT_S, Gather, PassCost
+import pytest
+
+from jevany_daemon.server.gather import MAX_WAIT_S, SMOOTHING, Gather, PassCost, size_class
 
 
 def records(cost_ms_by_size: dict[int, float], times: int = 5) -> list:
@@ -78,3 +80,33 @@ def test_failed_passes_teach_nothing_and_memory_of_clients_is_bounded():
     for i in range(10_000):
         g.answered(i, 1.0)
     assert len(g._answered) <= 4096
+    assert list(g._answered)[-1] == 9_999 and 0 not in g._answered      # the oldest forgotten first
+
+
+def test_the_window_runs_from_the_last_answer_of_a_client_still_out():
+    g = returning(flat(Gather()))
+    g.answered("out", 5.0)
+    g.answered("back", 5.0015)
+    g.arrived("back", 5.0016)                                # back already: nobody waits for it
+    assert g.hold_until(queued=1, full=32, now=5.0016) == 5.0 + MAX_WAIT_S
+
+
+def test_costs_and_return_times_are_smoothed_the_newest_weighing_a_fifth():
+    g = Gather()
+    g.answered("a", 1.0)
+    g.arrived("a", 1.001)
+    g.answered("a", 2.0)
+    g.arrived("a", 2.006)
+    assert g.return_s == pytest.approx((1 - SMOOTHING) * 0.001 + SMOOTHING * 0.006)
+    cost = PassCost()
+    cost.record(8, 0.010)
+    cost.record(12, 0.020)                                   # the same size class, 8-15
+    assert cost.classes[size_class(8)] == pytest.approx(((1 - SMOOTHING) * 8 + SMOOTHING * 12,
+                                                         (1 - SMOOTHING) * 0.010 + SMOOTHING * 0.020))
+
+
+def test_a_cost_that_falls_with_size_counts_as_flat_never_above_what_a_pass_costs():
+    noisy = PassCost()
+    for size, ms in {1: 42.0, 8: 41.0, 32: 40.0}.items():   # noise: bigger passes measured cheaper
+        noisy.record(size, ms / 1000)
+    assert noisy.fixed_s() == pytest.approx(0.041)           # the mean cost, not more than any pass

@@ -5,6 +5,8 @@ mean the worker never scored the request; internal stays with its request; optio
 The worker is held still with SIGSTOP so a request certainly waits in the queue; "never scored" is read
 from the worker's own count of requests scored, which the daemon reports in status.
 """
+import time
+
 import pytest
 
 from jevany_client import InternalError, InvalidRequestError
@@ -55,6 +57,25 @@ def test_a_request_past_its_deadline_is_answered_deadline_exceeded_and_never_sco
         held = raw.recv()
     assert (held["id"], code(held)) == ("held", "ok")
     assert scored(daemon) == (before[0] + 1, before[1] + 1)        # the late one never reached the model
+
+
+def test_deadline_exceeded_comes_once_timeout_ms_has_passed_and_soon_after(daemon):
+    """Timed from the client: no sooner than timeout_ms after the send (the daemon counts from the
+    request's arrival, which is later), and within half a second of it (the supervisor sleeps until
+    the nearest deadline)."""
+    worker = serving_worker(daemon)
+    with Raw(daemon.endpoint) as raw:
+        with frozen(worker["pid"]):
+            raw.send("held-timed", "decide", BODIES[0])
+            wait_for(lambda: serving_worker(daemon)["inflight"] == 1, 30, "the first request handed over")
+            sent = time.monotonic()
+            raw.send("timed", "decide", BODIES[1], timeout_ms=DEADLINE_MS)     # waits behind it
+            late = raw.recv()
+            elapsed = time.monotonic() - sent
+        held = raw.recv()
+    assert (late["id"], code(late)) == ("timed", "deadline_exceeded")
+    assert DEADLINE_MS / 1000 <= elapsed < DEADLINE_MS / 1000 + 0.5, elapsed
+    assert (held["id"], code(held)) == ("held-timed", "ok")
 
 
 def test_overloaded_means_the_worker_never_saw_the_request(daemon):

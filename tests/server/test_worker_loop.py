@@ -137,10 +137,11 @@ def test_a_hand_over_that_arrives_while_a_pass_runs_is_admitted_then_and_reporte
 
 
 def test_what_a_worker_took_ahead_and_held_past_its_deadline_is_never_scored(loaded_model):
-    # The next pass's worth, taken while the device ran: one request of it had 0 s left when it came.
+    # The next pass's worth, taken while the device ran: one request of it had 0 s left when it came,
+    # one 60 s, one no deadline at all.
     engine = Engine(loaded_model("qwen3", "pointer"), EngineConfig(max_batch_size=8, batch_policy="greedy"),
                     simulated_pass_ms=5)
-    bodies = workloads.short(3, seed=4)
+    bodies = workloads.short(4, seed=4)
     late = items(bodies[1:], first_tag=1)
     late[0].append(0.0)          # its deadline passes before its pass can begin
     late[1].append(60.0)
@@ -149,10 +150,12 @@ def test_what_a_worker_took_ahead_and_held_past_its_deadline_is_never_scored(loa
         [channel.encode(channel.BATCH, late, 2), channel.encode(channel.STOP)]))
     run(engine, supervisor)
 
-    outcomes = {tag: (ok, out) for _, answers, _ in supervisor.answers() for tag, ok, out in answers}
+    answered = [(tag, ok, out) for _, answers, _ in supervisor.answers() for tag, ok, out in answers]
+    assert sorted(tag for tag, _, _ in answered) == [0, 1, 2, 3]          # each answered once
+    outcomes = {tag: (ok, out) for tag, ok, out in answered}
     assert outcomes[1][0] is False and outcomes[1][1]["code"] == "deadline_exceeded"
-    assert outcomes[0][0] and outcomes[2][0]
-    assert engine.stats.as_dict()["requests"] == 2      # scored: the two with time left, never the late one
+    assert outcomes[0][0] and outcomes[2][0] and outcomes[3][0]
+    assert engine.stats.as_dict()["requests"] == 3      # scored: the three with time left, never the late one
 
 
 def test_each_requests_tenant_reaches_the_engine(loaded_model):
