@@ -86,7 +86,7 @@ MUTATIONS = [
       "            fresh = [s for s in todo if not s.cached or s.base in pinned]",
       "            fresh = [s for s in todo if not s.cached]", "tests/engine/test_reuse_costs.py"),
     # --- the supervisor's deadlines -----------------------------------------------------
-    m("deadline: timeout_ms read as tenths of a second", SERVER + "supervisor.py",
+    m("deadline: timeout_ms read as tenths of a second", SERVER + "client_ops.py",
       "        deadline = None if request.timeout_ms is None else received + request.timeout_ms / 1000",
       "        deadline = None if request.timeout_ms is None else received + request.timeout_ms / 100",
       "tests/server/test_promises_requests.py::test_deadline_exceeded_comes_once_timeout_ms_has_passed_and_soon_after"),
