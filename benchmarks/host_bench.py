@@ -179,7 +179,8 @@ def main(argv=None) -> int:
     for t in targets:
         print(f"  [{'PASS' if t['met'] else 'FAIL'}] {t['target']}: {t['value']} ({t['bound']})")
     result = {"machine": {"platform": platform.platform(), "python": sys.version.split()[0],
-                          "torch": torch.__version__, "cpus": os.cpu_count(), "threads": 1},
+                          "torch": torch.__version__, "cpus": os.cpu_count(), "threads": 1,
+                          "load_average": [round(x, 2) for x in os.getloadavg()]},   # timings need a quiet machine
               "requests": args.requests, "repeats": repeats, "shape": args.shape, "results": results, "targets": targets}
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=2) + "\n")

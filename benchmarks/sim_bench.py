@@ -114,7 +114,7 @@ def main(argv=None) -> int:
     for t in targets:
         print(f"  [{'PASS' if t['met'] else 'FAIL'}] {t['target']}: {t['value']} ({t['bound']})")
     result = {"machine": {"platform": platform.platform(), "python": sys.version.split()[0], "torch": torch.__version__,
-                          "cpus": os.cpu_count()},
+                          "cpus": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()]},
               "settings": {"pass_ms": args.pass_ms, "clients": args.clients, "requests_per_round": args.requests,
                            "model": "qwen3 micro (28 layers, hidden 16), attention free", "readout": "choice",
                            "serve_args": list(extra)},
