@@ -115,9 +115,13 @@ def home_of(front: int, daemons: dict, key: str) -> str:
     before = {name: http_decides(d) for name, d in daemons.items()}
     for _ in range(6):
         assert post(front, key) == 200
-    grew = [name for name, d in daemons.items() if http_decides(d) > before[name]]
-    assert len(grew) == 1, grew                       # all six on one daemon
-    return grew[0]
+    grew = {name: http_decides(d) - before[name] for name, d in daemons.items()}
+    home = max(grew, key=grew.get)
+    # Bounded-load hashing (hash-balance-factor) may send one elsewhere while the last response is
+    # still counted on its daemon (seen on a busy 2-core machine); a key without affinity would
+    # split about evenly.
+    assert grew[home] >= 5 and sum(grew.values()) == 6, grew
+    return home
 
 
 def test_a_key_keeps_to_one_daemon_and_different_keys_use_both(fleet):
