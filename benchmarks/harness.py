@@ -41,8 +41,10 @@ def median(values: list) -> float:
 # --- the result -------------------------------------------------------------
 
 def machine(**extra) -> dict:
-    """The machine a result was measured on: its cores, platform and Python, then what a benchmark adds."""
-    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(), **extra}
+    """The machine a result was measured on: its cores, platform, Python and load average (timings need a
+    quiet machine; this says how quiet it was), then what a benchmark adds."""
+    return {"cpus": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version(),
+            "load_average": [round(x, 2) for x in os.getloadavg()], **extra}
 
 
 def write_result(result: dict, path: Path) -> None:

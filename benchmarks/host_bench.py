@@ -36,9 +36,6 @@ Writes benchmarks/results/host-budgets.json (--out) and prints the table with
 the issue's targets.
 """
 import argparse
-import json
-import os
-import platform
 import random
 import statistics
 import sys
@@ -48,6 +45,7 @@ from pathlib import Path
 
 import torch
 
+from harness import machine, write_result
 from jevany_daemon import workloads
 from jevany_daemon.config import EngineConfig
 from jevany_daemon.engine.engine import Engine
@@ -178,13 +176,9 @@ def main(argv=None) -> int:
                   f"{r['ops_inside']:7} {r['syncs']:5} {r['uploads']:6}")
     for t in targets:
         print(f"  [{'PASS' if t['met'] else 'FAIL'}] {t['target']}: {t['value']} ({t['bound']})")
-    result = {"machine": {"platform": platform.platform(), "python": sys.version.split()[0],
-                          "torch": torch.__version__, "cpus": os.cpu_count(), "threads": 1,
-                          "load_average": [round(x, 2) for x in os.getloadavg()]},   # timings need a quiet machine
+    result = {"machine": machine(torch=torch.__version__, threads=1),
               "requests": args.requests, "repeats": repeats, "shape": args.shape, "results": results, "targets": targets}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_result(result, args.out)
     return 0 if all(t["met"] for t in targets) else 1
 
 

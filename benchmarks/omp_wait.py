@@ -18,11 +18,12 @@ Writes benchmarks/results/omp-wait.json (--out).
 import argparse
 import json
 import os
-import platform
 import statistics
 import subprocess
 import sys
 from pathlib import Path
+
+from harness import machine, write_result
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -98,14 +99,12 @@ def main() -> None:
             samples[policy] += measure(policy, args.busy, args.passes)
     results = {policy: summary(s) for policy, s in samples.items()}
     ratio = {k: round(results["default"][k] / results["PASSIVE"][k], 2) for k in ("wall_p50_ms", "cpu_p50_ms")}
-    report = {"machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "load": os.getloadavg()},
-              "busy": args.busy, "torch_threads": 2, "results": results, "default_over_passive": ratio}
+    report = {"machine": machine(), "busy": args.busy, "torch_threads": 2, "results": results, "default_over_passive": ratio}
     for policy, r in results.items():
         print(f"{policy:8s} wall p50 {r['wall_p50_ms']:8.1f} ms  max {r['wall_max_ms']:8.1f}   "
               f"cpu p50 {r['cpu_p50_ms']:8.1f} ms  max {r['cpu_max_ms']:8.1f}")
     print(f"default / passive: wall {ratio['wall_p50_ms']}x, cpu {ratio['cpu_p50_ms']}x")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(report, indent=2) + "\n")
+    write_result(report, args.out)
 
 
 if __name__ == "__main__":

@@ -19,9 +19,7 @@ then the median round. Targets: >= 0.8 of the ideal, >= 24 requests a pass.
 Writes benchmarks/results/sim-accelerator.json (--out).
 """
 import argparse
-import json
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -30,7 +28,7 @@ from pathlib import Path
 
 import torch
 
-from harness import HERE, ClientPool, Daemon
+from harness import HERE, ClientPool, Daemon, machine, write_result
 from jevany_daemon import workloads
 from jevany_daemon.config import EngineConfig
 from jevany_daemon.engine.engine import Engine
@@ -113,17 +111,14 @@ def main(argv=None) -> int:
                 "met": all(r["ratio"] >= TARGETS["ratio"] for r in rounds)}]
     for t in targets:
         print(f"  [{'PASS' if t['met'] else 'FAIL'}] {t['target']}: {t['value']} ({t['bound']})")
-    result = {"machine": {"platform": platform.platform(), "python": sys.version.split()[0], "torch": torch.__version__,
-                          "cpus": os.cpu_count(), "load_average": [round(x, 2) for x in os.getloadavg()]},
+    result = {"machine": machine(torch=torch.__version__),
               "settings": {"pass_ms": args.pass_ms, "clients": args.clients, "requests_per_round": args.requests,
                            "model": "qwen3 micro (28 layers, hidden 16), attention free", "readout": "choice",
                            "serve_args": list(extra)},
               "dispatch_ms": round(dispatch, 2), "ideal_rps": round(ideal, 1), "rounds": rounds, "median": median,
               "gather": status.get("batching", {}).get("gather"), "targets": targets,
               "when": time.strftime("%Y-%m-%d %H:%M:%S")}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"wrote {args.out}")
+    write_result(result, args.out)
     return 0 if all(t["met"] for t in targets) else 1
 
 
