@@ -19,11 +19,10 @@ from .calls import (
     connect,
     monitor_event,
     raise_first_error,
-    read_reply,
     retire_dropped_pipes,
     timeout_error,
 )
-from .errors import JevanyError, ShuttingDownError
+from .errors import JevanyError
 from .fleet import Fleet, Peer
 from .questions import Choice, Image, Noul, Score, Video
 from .schema import Media
@@ -413,16 +412,8 @@ class AsyncJevClient(ClientOptions):
             self._apply(self._fleet.apply(None))    # close the retired ones that emptied meanwhile
 
     def _read_replies(self, peer: Peer) -> None:
-        while True:
-            try:
-                frames = peer.socket.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            rid, outcome, load = read_reply(frames[-1])
+        for rid, outcome in peer.replies(self._fleet.clock):
             self._settle(rid, outcome)
-            peer.note_load(load, self._fleet.clock())
-            if isinstance(outcome, ShuttingDownError):
-                peer.draining = True     # out of the pool now; the retry goes elsewhere
 
     def _settle(self, rid: str | int | None, outcome: Any) -> None:
         entry = self._awaited.pop(rid, None) if isinstance(rid, str) else None

@@ -21,11 +21,10 @@ from .calls import (
     connect,
     monitor_event,
     raise_first_error,
-    read_reply,
     retire_dropped_pipes,
     timeout_error,
 )
-from .errors import JevanyError, ShuttingDownError
+from .errors import JevanyError
 from .fleet import Fleet, Peer
 from .questions import Choice, Image, Noul, Score, Video
 from .schema import Media
@@ -380,16 +379,8 @@ class _Exchange:
                 self.unsent.append(rid)
 
     def receive_ready(self, peer: Peer) -> None:
-        while True:
-            try:
-                frames = peer.socket.recv_multipart(zmq.NOBLOCK)
-            except zmq.Again:
-                return
-            rid, outcome, load = read_reply(frames[-1])
+        for rid, outcome in peer.replies(self.fleet.clock):
             self._settle(rid, outcome)
-            peer.note_load(load, self.fleet.clock())
-            if isinstance(outcome, ShuttingDownError):
-                peer.draining = True     # out of the pool now; the retry goes elsewhere
 
     def _settle(self, rid: str | int | None, outcome: Any) -> None:
         if rid in self.awaited:

@@ -15,7 +15,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+import zmq
+
 from . import discovery
+from .errors import ShuttingDownError
+from .calls import read_reply
 from .routing import REPORT_HALF_LIFE_S, check_routing, make_policy
 
 RESOLVE_EVERY_S = 5.0
@@ -56,6 +60,20 @@ class Peer:
             return      # a field this client does not understand is ignored, never an error
         self.others = max(0, queue + inflight - len(self.pending))
         self.reported_at = now
+
+    def replies(self, clock: Callable[[], float]):
+        """Each reply waiting on its socket, as (id, outcome), for the caller to settle; then its load is
+        noted, and a shutting_down takes this daemon out of the pool (the retry goes elsewhere)."""
+        while True:
+            try:
+                frames = self.socket.recv_multipart(zmq.NOBLOCK)
+            except zmq.Again:
+                return
+            rid, outcome, load = read_reply(frames[-1])
+            yield rid, outcome
+            self.note_load(load, clock())
+            if isinstance(outcome, ShuttingDownError):
+                self.draining = True
 
     def connected(self) -> None:
         self.dropped = self.draining = False
