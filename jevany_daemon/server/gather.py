@@ -12,9 +12,12 @@ So the supervisor learns two things from what it sees:
 - what a pass costs by its size: the workers' pass records, smoothed per
   size class, fitted to cost = fixed + per_request x size. Merging two
   passes saves the fixed part, so waiting pays only while it is shorter
-  than that, and never longer than MAX_WAIT_S;
+  than that: a wait may spend half of it (FIXED_SHARE), never more than
+  MAX_WAIT_S;
 - how soon an answered client asks again: the time from a decide reply to
-  that client's next decide, smoothed.
+  that client's next decide, smoothed. A worker's answers count as given
+  when they reach the supervisor (worker_events.py), before the dispatch
+  that the same turn runs ahead of sending them.
 
 A worker that is free waits while clients answered within the last wait
 window have not yet come back, up to the window's end, and only when they
@@ -24,8 +27,8 @@ waits.
 """
 from dataclasses import dataclass, field
 
-MAX_WAIT_S = 0.002      # the longest a free worker waits for answered clients to come back
-FIXED_SHARE = 0.25      # of a pass's fixed cost, what one wait may spend to save it
+MAX_WAIT_S = 0.025      # the longest a free worker waits for answered clients to come back
+FIXED_SHARE = 0.5       # of a pass's fixed cost, what one wait may spend to save it
 SMOOTHING = 0.2         # weight of the newest sample in the running averages
 MIN_CLASSES = 2         # size classes measured before the fit is trusted
 MAX_CLIENTS = 4096      # answered clients remembered at most (one-shot clients never come back)

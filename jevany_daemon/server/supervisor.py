@@ -226,7 +226,7 @@ class Supervisor:
             if ok:
                 self.reply_ok(entry, outcome)
             else:
-                self.reply_error(entry, outcome)
+                self.reply_error(entry, outcome, noted=True)
 
     def watch_workers(self) -> None:
         self.receive_workers()     # a worker is judged on everything it has said, not on what poll saw
@@ -325,16 +325,17 @@ class Supervisor:
             self.metrics.latency.observe(latency_s)
 
     def reply_ok(self, entry: Entry, result: dict) -> None:
+        # Only workers answer with results; the gather heard of it already (worker_events.note).
         latency = self.clock() - entry.received
-        self.gather.answered(entry.client, entry.received + latency)
         self.record("decide", None, latency, self.transport(entry.sock))
         if self.settings.log_requests:
             event(log, "request", id=entry.id, outcome="ok", ms=round(latency * 1000, 2))
         self.send(entry.sock, entry.envelope, self.with_load(ok_reply(entry.id, result)))
 
-    def reply_error(self, entry: Entry, err: JevanyError) -> None:
+    def reply_error(self, entry: Entry, err: JevanyError, noted: bool = False) -> None:
         now = self.clock()
-        self.gather.answered(entry.client, now)
+        if not noted:
+            self.gather.answered(entry.client, now)
         self.record("decide", err.code, now - entry.received, self.transport(entry.sock))
         if self.settings.log_requests:
             event(log, "request", id=entry.id, outcome=err.code)

@@ -25,6 +25,12 @@ class WorkerEvents:
         self.sup = sup
         self.answered: list = []          # (entry, ok, result or error) from workers, sent after dispatch
 
+    def note(self, entry) -> None:
+        """An answer to send this tick. The gather hears of it now: dispatch runs before the replies go
+        out, and a free worker must know these clients are about to come back (gather.py)."""
+        self.answered.append(entry)
+        self.sup.gather.answered(entry[0].client, self.sup.clock())
+
     def take_answered(self) -> list:
         answered, self.answered = self.answered, []
         return answered
@@ -74,7 +80,7 @@ class WorkerEvents:
         read = worker.handed if seq is None else seq
         for tag, entry in list(worker.inflight.items()):
             if entry.handover <= read:    # a worker that skipped one broke its promise
-                self.answered.append((entry, False, InternalError("the worker returned no answer for this request")))
+                self.note((entry, False, InternalError("the worker returned no answer for this request")))
                 del worker.inflight[tag]
         if worker.state == BUSY and read >= worker.handed:
             worker.state, worker.busy_since = IDLE, None
@@ -90,7 +96,7 @@ class WorkerEvents:
             if entry is None:
                 continue
             worker.requests += 1
-            self.answered.append((entry, ok, payload if ok else error_from_wire(payload)))
+            self.note((entry, ok, payload if ok else error_from_wire(payload)))
 
     def on_exit(self, worker: WorkerHandle) -> None:
         sup = self.sup

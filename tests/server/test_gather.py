@@ -2,15 +2,19 @@
 at any size, only for as long as the measurements justify, and never for a lone client."""
 import pytest
 
-from jevany_daemon.server.gather import MAX_WAIT_S, SMOOTHING, Gather, PassCost, size_class
+from types import SimpleNamespace
+
+from jevany_daemon.server.admission import Entry
+from jevany_daemon.server.gather import FIXED_SHARE, MAX_WAIT_S, SMOOTHING, Gather, PassCost, size_class
+from jevany_daemon.server.worker_events import WorkerEvents
 
 
 def records(cost_ms_by_size: dict[int, float], times: int = 5) -> list:
     return [[size, 0, 0, ms, True, []] for _ in range(times) for size, ms in cost_ms_by_size.items()]
 
 
-def flat(gather: Gather) -> Gather:
-    gather.passes(records({1: 40.0, 8: 41.0, 32: 42.0}))      # a small model on a GPU: size barely matters
+def flat(gather: Gather, ms: float = 80.0) -> Gather:
+    gather.passes(records({1: ms, 8: ms + 1, 32: ms + 2}))   # a small model on a GPU: size barely matters
     return gather
 
 
@@ -58,6 +62,30 @@ def test_a_free_worker_waits_for_the_clients_just_answered_then_takes_the_queue(
     assert g.hold_until(queued=32, full=32, now=5.0006) is None      # a full pass is queued
     assert g.hold_until(queued=31, full=32, now=until + 1e-6) is None   # the window passed: not waited again
     assert g.hold_until(queued=31, full=32, now=until + 1.0) is None
+
+
+def test_a_wait_spends_at_most_half_of_what_merging_two_passes_saves():
+    g = returning(flat(Gather(), ms=20.0), gap_s=0.008)      # clients back 8 ms after their answer
+    assert g.wait_s() == pytest.approx(FIXED_SHARE * 0.020, rel=0.05)
+    assert g.wait_s() < MAX_WAIT_S
+    late = returning(flat(Gather(), ms=20.0), gap_s=0.012)   # later than that window: not waited for
+    assert late.wait_s() == 0
+
+
+def test_clients_a_worker_just_answered_are_expected_back_before_the_next_dispatch():
+    """The supervisor dispatches before it sends the tick's replies: the gather must hear of those
+    answers when the worker's results arrive, or a free worker leaves with half the clients."""
+    now = [7.0]
+    sup = SimpleNamespace(gather=returning(flat(Gather())), clock=lambda: now[0],
+                          metrics=SimpleNamespace(batches=lambda records: None),
+                          counters=SimpleNamespace(mixed_batches=0))
+    events = WorkerEvents(sup)
+    entries = {tag: Entry(tag, sock=None, envelope=[b"client-%d" % tag], id=tag, payload=b"", received=6.9,
+                          deadline=None) for tag in range(16)}
+    worker = SimpleNamespace(inflight=dict(entries), requests=0, take_stats=lambda stats: None)
+    events.take_answers(worker, [[tag, True, {}] for tag in entries], {}, [])
+    assert len(events.answered) == 16                       # replies not sent yet: dispatch runs first
+    assert sup.gather.hold_until(queued=16, full=32, now=7.0) == 7.0 + MAX_WAIT_S
 
 
 def test_no_waiting_where_cost_follows_size_or_clients_come_back_late():
