@@ -6,8 +6,8 @@ transformers no longer repairs such rows. A NaN at a padded position then
 spreads into real tokens: through later attention layers (a masked value is
 multiplied by a zero weight, and 0 x NaN is NaN) and through a recurrence.
 So padded positions always keep their own diagonal: they attend to
-themselves, produce finite garbage that no real token ever reads, and real
-rows are unchanged.
+themselves (and may attend to more), produce finite garbage that no real
+token ever reads, and real rows are unchanged.
 
 Hybrid models need a mask per layer type: attention layers take the 4D
 additive mask, linear-attention (recurrent) layers the 2D padding mask,
@@ -20,50 +20,56 @@ ATTENTION_LAYERS = frozenset({"full_attention"})
 RECURRENT_LAYERS = frozenset({"linear_attention", "conv"})
 
 
-def _additive(allowed: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """[B,L,L] allowed → [B,1,L,L] additive float mask (never boolean: see layouts.py)."""
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device)
-    mask.masked_fill_(~allowed, torch.finfo(dtype).min)
+def _additive(allowed: torch.Tensor, dtype: torch.dtype, cached: torch.Tensor | None = None) -> torch.Tensor:
+    """[B,L,L] allowed → [B,1,L,L] additive float mask (never boolean: see layouts.py).
+
+    With cached [B,W] (bool), the keys of a continued cache come first: [B,1,L,W+L], every query of
+    a row seeing the row's cached keys. Filled in place: one full-size tensor, no temporaries.
+    """
+    batch, width = allowed.shape[0], allowed.shape[1]
+    w = 0 if cached is None else cached.shape[1]
+    mask = torch.full((batch, width, w + width), torch.finfo(dtype).min, dtype=dtype, device=allowed.device)
+    if w:
+        mask[:, :, :w].masked_fill_(cached[:, None, :], 0)
+    mask[:, :, w:].masked_fill_(allowed, 0)
     return mask[:, None]
 
 
-def _with_diagonal(allowed: torch.Tensor) -> torch.Tensor:
-    width = allowed.shape[-1]
-    return allowed | torch.eye(width, dtype=torch.bool, device=allowed.device)
+def _causal(width: int, device) -> torch.Tensor:
+    idx = torch.arange(width, device=device)
+    return idx[None, :] <= idx[:, None]
 
 
 def padded_causal_mask(padding: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """[B,L] 0/1 padding → additive [B,1,L,L]: causal over real keys, plus every diagonal."""
-    width = padding.shape[1]
-    idx = torch.arange(width, device=padding.device)
-    causal = idx[None, :] <= idx[:, None]
-    allowed = causal[None] & padding.bool()[:, None, :]
-    return _additive(_with_diagonal(allowed), dtype)
+    """[B,L] 0/1 padding → additive [B,1,L,L]: a real query sees the real keys before it; a padded
+    query sees every key before it, so it has its diagonal wherever the padding lies."""
+    real = padding.bool()
+    allowed = real[:, None, :] | ~real[:, :, None]
+    allowed &= _causal(padding.shape[1], padding.device)
+    return _additive(allowed, dtype)
+
+
+def _block_causal(seg: torch.Tensor) -> torch.Tensor:
+    """i sees j iff j <= i and j is prefix (0) or in i's own branch. Padding (-1) is a branch of its
+    own: a padded query sees padding before it and its diagonal, a real one never sees padding."""
+    key, query = seg[:, None, :], seg[:, :, None]
+    allowed = (key == query) | (key == 0)
+    allowed &= _causal(seg.shape[1], seg.device)
+    return allowed
 
 
 def block_causal_mask(seg: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Additive [B,1,L,L] mask: i sees j iff j <= i and j is prefix (0) or in i's own branch; -1 is padding."""
-    width = seg.shape[1]
-    idx = torch.arange(width, device=seg.device)
-    causal = idx[None, :] <= idx[:, None]
-    key, query = seg[:, None, :], seg[:, :, None]
-    allowed = causal & (key >= 0) & ((key == 0) | (key == query))
-    return _additive(_with_diagonal(allowed), dtype)
+    """Additive [B,1,L,L] mask over packed rows; seg marks prefix (0), branches (1..) and padding (-1)."""
+    return _additive(_block_causal(seg), dtype)
 
 
 def continued_block_causal_mask(cached: torch.Tensor, seg: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
     """block_causal_mask for a pass that continues a cache: additive [B,1,L,W+L].
 
-    cached [B,W] 0/1 marks each row's cached keys (left-padded); every real
-    query sees all of its row's, a padded query none (it has its diagonal).
+    cached [B,W] 0/1 marks each row's cached keys (left-padded); every query sees all of its row's
+    (a padded one too: what it computes is never read, and it has its diagonal anyway).
     """
-    width = seg.shape[1]
-    idx = torch.arange(width, device=seg.device)
-    causal = idx[None, :] <= idx[:, None]
-    key, query = seg[:, None, :], seg[:, :, None]
-    branches = _with_diagonal(causal & (key >= 0) & ((key == 0) | (key == query)))
-    sees_cached = cached.bool()[:, None, :] & (seg >= 0)[:, :, None]
-    return _additive(torch.cat([sees_cached, branches], dim=2), dtype)
+    return _additive(_block_causal(seg), dtype, cached.bool())
 
 
 def per_layer_type(layer_types, attention: torch.Tensor, padding: torch.Tensor | None):

@@ -77,6 +77,12 @@ class _Reuse:
         rest = enc.prefix[len(enc.stem):]
         return [rest + b.tokens for b in enc.branches]
 
+    @staticmethod
+    def _tail_lengths(enc: Encoded) -> list[int]:
+        # len() of each of _tails(enc), without building them: costs are asked for often
+        rest = len(enc.prefix) - len(enc.stem)
+        return [rest + len(b.tokens) for b in enc.branches]
+
     def _stems(self, backbone: Backbone, encs: list[Encoded]) -> dict[tuple, _Stem]:
         """Each distinct stem of the batch, per tenant, with what the cache holds of it for that tenant."""
         if self.head and self.head not in self.memory.pinned():
@@ -121,7 +127,7 @@ class PackedReuse(_Reuse):
         return Shape(1, self.real_tokens(enc))
 
     def real_tokens(self, enc: Encoded) -> int:
-        return len(enc.stem) - self.memory.peek(enc.stem, enc.tenant) + sum(map(len, self._tails(enc)))
+        return len(enc.stem) - self.memory.peek(enc.stem, enc.tenant) + sum(self._tail_lengths(enc))
 
     def prepare(self, encs: list[Encoded], pad_id: int, upload: Upload, backbone: Backbone) -> "_PackedJob":
         stems = list(self._stems(backbone, encs).values())
@@ -178,15 +184,15 @@ class RowReuse(_Reuse):
     """Hybrid recurrent models: a row per question continuing its stem; stems worth keeping run first."""
 
     def shape(self, enc: Encoded) -> Shape:
-        tails, new = self._tails(enc), len(enc.stem) - self.memory.peek(enc.stem, enc.tenant)
+        tails, new = self._tail_lengths(enc), len(enc.stem) - self.memory.peek(enc.stem, enc.tenant)
         if self._runs_first(enc.stem, new, len(tails)):
-            return Shape(len(tails), max(map(len, tails)), new)
-        return Shape(len(tails), new + max(map(len, tails)))
+            return Shape(len(tails), max(tails), new)
+        return Shape(len(tails), new + max(tails))
 
     def real_tokens(self, enc: Encoded) -> int:
-        tails, new = self._tails(enc), len(enc.stem) - self.memory.peek(enc.stem, enc.tenant)
+        tails, new = self._tail_lengths(enc), len(enc.stem) - self.memory.peek(enc.stem, enc.tenant)
         repeats = 1 if self._runs_first(enc.stem, new, len(tails)) else len(tails)
-        return repeats * new + sum(map(len, tails))
+        return repeats * new + sum(tails)
 
     def _runs_first(self, stem: tuple[int, ...], new: int, rows: int) -> bool:
         """Whether a stem with `new` tokens to compute, read by `rows` rows, runs in a stem pass first."""

@@ -234,6 +234,8 @@ class ChoiceEncoder:
         self._frame = len(self._render("")) if self.chat_prompt is not None or not self.chat else None
 
     def safe_text(self, text: str) -> str:
+        if "<" not in text and "[" not in text:
+            return text        # every special this defuses starts with one of them (see __init__)
         text = escape_named_specials(text)
         for token in self.specials:
             text = text.replace(token, {"<": "\u2039", "[": "\uff3b"}[token[0]] + token[1:])
@@ -342,7 +344,7 @@ class ChoiceEncoder:
             if len(p) + 1 > limit:
                 raise ContextLengthError(f"the choice readout's prompt needs {len(p) + 1} tokens including the "
                                          f"answer; limit {limit}")
-        shared = _common_prefix_length(prompts)
+        shared = _common_prefix_length(prompts, stem)
         branches = tuple(Branch(tuple(p[shared:]), (len(p) - shared - 1,)) for p in prompts)
         return Encoded(tuple(prompts[0][:shared]), branches, sum(len(p) for p in prompts), min(stem, shared))
 
@@ -367,13 +369,17 @@ def _within(ends: list[int], end: int) -> int:
     return n
 
 
-def _common_prefix_length(prompts: list[list[int]]) -> int:
+def _common_prefix_length(prompts: list[list[int]], hint: int = 0) -> int:
+    """How many leading ids all prompts share; hint: a length they likely share (their state's tokens),
+    checked with one slice comparison each so only what follows it is walked id by id."""
     # Every branch keeps at least its last token, the one the readout reads.
     limit = min(len(p) for p in prompts) - 1
     if len(prompts) == 1:
         return limit
     first = prompts[0]
-    n = 0
+    n = min(hint, limit)
+    if any(p[:n] != first[:n] for p in prompts):
+        n = 0
     while n < limit and all(p[n] == first[n] for p in prompts):
         n += 1
     return n
