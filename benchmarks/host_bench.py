@@ -12,9 +12,14 @@ layers, 3 linear : 1 full) at the tiny width, on the default choice readout
 with the default prefix cache, one torch thread, this measures per pass of
 32 requests:
 
-- host ms outside the forward: admission (validate, render, tokenize) plus
-  scoring, minus the time inside backbone forwards; wall time, and this
-  thread's CPU time (steadier on a busy machine);
+- host ms outside the forward: admission (validate, render, tokenize; the
+  hand-over admitted in one call, as the worker does) plus scoring, minus
+  the time inside backbone forwards; wall time, and this thread's CPU time
+  (steadier on a busy machine);
+- of those, the ms ops outside the forward spend computing (op ms: building
+  the masks, joining cached rows, the readout): the device's work, which a
+  CPU does on the host; and the rest (host less ops), what a GPU host would
+  still pay, where those ops are launches (their count is the next figure);
 - torch ops outside the forward and inside it (non-view aten ops: each a
   kernel launch on CUDA);
 - forwards per pass, device syncs per pass (scalar reads seen by the probe,
@@ -76,9 +81,9 @@ def measure(engine: Engine, batch: list[dict], probe: Probe, ops: bool) -> dict:
     passes = engine.stats.batches
     stream = getattr(engine, "stream", None)
     before = stream.counters() if stream is not None else {}
-    with probe.active(ops=ops):
+    with probe.active(ops=ops, op_time=not ops):
         wall, cpu = time.perf_counter(), time.thread_time()
-        admitted = [engine.admit(b) for b in batch]
+        admitted = engine.admit_many(batch)       # as the worker admits a hand-over
         admit_s = time.perf_counter() - wall
         outcomes = engine.score(admitted)
         wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
@@ -90,7 +95,9 @@ def measure(engine: Engine, batch: list[dict], probe: Probe, ops: bool) -> dict:
     c = probe.counts
     after = stream.counters() if stream is not None else {}
     syncs = c.scalar_reads + after.get("downloads", 0) - before.get("downloads", 0)
-    return {"host_ms": (wall - c.forward_s) * 1000, "host_cpu_ms": (cpu - c.forward_cpu_s) * 1000,
+    host_s = wall - c.forward_s
+    return {"host_ms": host_s * 1000, "host_cpu_ms": (cpu - c.forward_cpu_s) * 1000,
+            "op_ms": c.op_outside_s * 1000, "host_less_ops_ms": (host_s - c.op_outside_s) * 1000,
             "admit_ms": admit_s * 1000, "forward_ms": c.forward_s * 1000,
             "passes": engine.stats.batches - passes, "forwards": c.forwards, "ops_outside": c.ops_outside,
             "ops_inside": c.ops_inside, "syncs": syncs,
@@ -110,7 +117,7 @@ def run_case(engine: Engine, case: str, n: int, repeats: int) -> dict:
     counted, timed = runs[-1], runs[:-1]
     out = {k: counted[k] for k in ("passes", "forwards", "ops_outside", "ops_inside", "syncs", "uploads",
                                    "top_ops_outside")}
-    for k in ("host_ms", "host_cpu_ms", "admit_ms", "forward_ms"):
+    for k in ("host_ms", "host_cpu_ms", "op_ms", "host_less_ops_ms", "admit_ms", "forward_ms"):
         out[k] = round(statistics.median(r[k] for r in timed), 2)
     return out
 
@@ -133,6 +140,9 @@ def judge(results: dict) -> list[dict]:
                      "value": short["host_ms"], "bound": f"<= {TARGETS['host_ms']}",
                      "met": short["host_ms"] <= TARGETS["host_ms"]})
         worst = max(c["ops_outside"] for c in cases.values())
+        rows.append({"target": f"{arch}: of it, host ms less the ops' own compute (short; what a GPU host pays)",
+                     "value": short["host_less_ops_ms"], "bound": f"<= {TARGETS['host_ms']}",
+                     "met": short["host_less_ops_ms"] <= TARGETS["host_ms"]})
         rows.append({"target": f"{arch}: torch ops per pass outside the forward (worst case)",
                      "value": worst, "bound": f"<= {TARGETS['ops_outside']}",
                      "met": worst <= TARGETS["ops_outside"]})
@@ -167,11 +177,12 @@ def main(argv=None) -> int:
             engine = build_engine(Path(tmp), arch, args.shape)
             results[arch] = {case: run_case(engine, case, args.requests, repeats) for case in args.cases}
     targets = judge(results) if "short" in args.cases else []
-    print(f"{'arch':8} {'case':7} {'host ms':>8} {'cpu ms':>7} {'admit':>6} {'fwd ms':>7} {'passes':>6} "
-          f"{'fwds':>4} {'ops out':>7} {'ops in':>7} {'syncs':>5} {'copies':>6}")
+    print(f"{'arch':8} {'case':7} {'host ms':>8} {'cpu ms':>7} {'op ms':>6} {'less op':>7} {'admit':>6} "
+          f"{'fwd ms':>7} {'passes':>6} {'fwds':>4} {'ops out':>7} {'ops in':>7} {'syncs':>5} {'copies':>6}")
     for arch, cases in results.items():
         for case, r in cases.items():
-            print(f"{arch:8} {case:7} {r['host_ms']:8.2f} {r['host_cpu_ms']:7.2f} {r['admit_ms']:6.2f} "
+            print(f"{arch:8} {case:7} {r['host_ms']:8.2f} {r['host_cpu_ms']:7.2f} {r['op_ms']:6.2f} "
+                  f"{r['host_less_ops_ms']:7.2f} {r['admit_ms']:6.2f} "
                   f"{r['forward_ms']:7.2f} {r['passes']:6} {r['forwards']:4} {r['ops_outside']:7} "
                   f"{r['ops_inside']:7} {r['syncs']:5} {r['uploads']:6}")
     for t in targets:

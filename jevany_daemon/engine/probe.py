@@ -10,7 +10,11 @@ an engine's backbone and counts, while it is active:
 - ops outside and inside the forward: aten ops that are not views;
 - scalar reads: ``.item()``, ``bool(tensor)`` and the like, each a device sync
   on CUDA (``.tolist()`` does not dispatch, so the stream counts its own);
-- host seconds inside the forward, wall and this thread's CPU time.
+- host seconds inside the forward, wall and this thread's CPU time;
+- with ``active(ops=False, op_time=True)``: the seconds ops outside the forward
+  spend computing. On a CPU that is the device's work done on the host (a
+  mask, a gather); on CUDA those ops are launches and the host goes on. What
+  is left of the host's time without it is what a GPU host would still pay.
 
 Used by benchmarks/host_bench.py and by the tests that hold the budgets.
 """
@@ -34,6 +38,7 @@ class Counts:
     scalar_reads: int = 0
     forward_s: float = 0.0        # wall time inside backbone calls
     forward_cpu_s: float = 0.0    # this thread's CPU time inside them
+    op_outside_s: float = 0.0     # wall time inside ops outside the forward (op_time only)
     outside_by_op: Counter = field(default_factory=Counter)
 
     def as_dict(self) -> dict:
@@ -43,11 +48,19 @@ class Counts:
 
 
 class _OpCounter(TorchDispatchMode):
-    def __init__(self, counts: Counts):
+    def __init__(self, counts: Counts, timing: bool = False):
         super().__init__()
-        self.counts, self.inside = counts, False
+        self.counts, self.inside, self.timing = counts, False, timing
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if self.timing:
+            if self.inside:
+                return func(*args, **(kwargs or {}))
+            began = time.perf_counter()
+            try:
+                return func(*args, **(kwargs or {}))
+            finally:
+                self.counts.op_outside_s += time.perf_counter() - began
         name = str(func)
         if name in SCALAR_READS:
             self.counts.scalar_reads += 1
@@ -73,6 +86,7 @@ class Probe:
 
     Counting ops sends every op through Python, which slows everything many
     times over: time passes with ``active(ops=False)``, count with ops=True.
+    op_time (with ops=False) times the ops outside the forward, and only them.
     """
 
     def __init__(self, engine):
@@ -86,10 +100,10 @@ class Probe:
             self._mode.counts = self.counts
 
     @contextmanager
-    def active(self, ops: bool = True):
+    def active(self, ops: bool = True, op_time: bool = False):
         backbone = self.engine.model.backbone
         original = backbone.forward
-        self._mode = mode = _OpCounter(self.counts)
+        self._mode = mode = _OpCounter(self.counts, timing=op_time and not ops)
 
         def forward(*args, **kwargs):
             mode.counts.forwards += 1
@@ -104,7 +118,7 @@ class Probe:
 
         backbone.forward = forward
         try:
-            with mode if ops else _Inert():
+            with mode if ops or op_time else _Inert():
                 yield self
         finally:
             backbone.forward = original

@@ -7,6 +7,8 @@ hybrid model excepted: their recurrent state needs a pass that ends with
 them), and bookkeeping ops outside the forward that grow neither with the
 requests nor with the depth. Cached entries are read, never written.
 """
+import time
+
 import pytest
 import torch
 
@@ -95,3 +97,23 @@ def test_continuing_the_head_alone_or_together_gives_the_answers_of_rows(loaded_
         report = compare(expected, got)
         assert report["max_abs_diff"] <= 1e-5 and not report["decisions_changed"], (settings, report)
         assert seen.dead_rows == 0 and len(engine.memory) == 0
+
+
+def test_op_time_measures_the_ops_outside_the_forward_and_only_them(loaded_model):
+    """host_bench's split of host time: the ops' own compute outside the forward (a CPU doing the
+    device's work) apart from the rest. A pass whose masks are large must show it; timing counts nothing."""
+    engine = Engine(loaded_model("qwen3", "choice"), EngineConfig(**GREEDY))
+    bodies = workloads.short(16, seed=3)
+    engine.score(engine.admit_many(bodies))
+    probe = Probe(engine)
+    with probe.active(ops=False, op_time=True):
+        wall = time.perf_counter()
+        engine.score(engine.admit_many(bodies))
+        wall = time.perf_counter() - wall
+    c = probe.counts
+    assert c.forwards == 1 and c.ops_outside == c.ops_inside == 0
+    assert 0 < c.op_outside_s < wall - c.forward_s     # the rest of the host's time (admission, shaping) is apart
+    untimed = Probe(engine)
+    with untimed.active(ops=False):
+        engine.score(engine.admit_many(bodies))
+    assert untimed.counts.op_outside_s == 0
