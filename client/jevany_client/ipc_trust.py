@@ -26,22 +26,35 @@ from pathlib import Path
 
 def ipc_problem(path: Path, uid: int | None = None) -> str | None:
     """Why a socket at path could be swapped by another user, or None when it cannot."""
-    uid = os.getuid() if uid is None else uid
+    return _walk(path, os.getuid() if uid is None else uid)[0]
+
+
+def _directories(path) -> list[str]:
+    """Every directory above path, from the top: plain strings (a client checks before every call)."""
+    out, current = [], ""
+    for part in os.path.dirname(os.path.abspath(path)).split("/"):
+        if part:
+            current = f"{current}/{part}"
+            out.append(current)
+    return out
+
+
+def _walk(path, uid: int) -> tuple[str | None, bool, bool]:
+    """(the first unsafe directory's problem or None, whether one above is shared like /tmp,
+    whether every directory exists)."""
     shared = False
-    current = Path("/")
-    for part in Path(os.path.abspath(path)).parent.parts[1:]:
-        current = current / part
+    for current in _directories(path):
         try:
             st = os.lstat(current)
         except FileNotFoundError:
-            return None       # made by the daemon below here, with safe modes
+            return None, shared, False       # made by the daemon below here, with safe modes
         except OSError as exc:
-            return f"{current} cannot be checked ({exc.strerror})"
+            return f"{current} cannot be checked ({exc.strerror})", shared, False
         problem = _directory_problem(current, st, uid, shared)
         if problem is not None:
-            return problem
+            return problem, shared, True
         shared = shared or _is_shared(st)
-    return None
+    return None, shared, True
 
 
 def _directory_problem(path: Path, st: os.stat_result, uid: int, below_shared: bool) -> str | None:
@@ -65,26 +78,14 @@ def _is_shared(st: os.stat_result) -> bool:
 
 def socket_file_problem(path: Path, uid: int | None = None) -> str | None:
     """ipc_problem, and the socket file itself: under a shared directory it must be the user's or root's."""
-    problem = ipc_problem(path, uid)
-    if problem is not None:
-        return problem
     uid = os.getuid() if uid is None else uid
+    problem, shared, found = _walk(path, uid)
+    if problem is not None or not found:
+        return problem
     try:
         st = os.lstat(path)
     except OSError:
         return None
-    if _under_shared(path) and st.st_uid not in (uid, 0):
+    if shared and st.st_uid not in (uid, 0):
         return f"{path} belongs to uid {st.st_uid}, not to uid {uid}, in a directory everyone may write to"
     return None
-
-
-def _under_shared(path: Path) -> bool:
-    current = Path("/")
-    for part in Path(os.path.abspath(path)).parent.parts[1:]:
-        current = current / part
-        try:
-            if _is_shared(os.lstat(current)):
-                return True
-        except OSError:
-            return False
-    return False
