@@ -71,8 +71,8 @@ MUTATIONS = [
       "tests/client/test_self_check_sums.py"),
     # --- batching: which requests share a pass ------------------------------------------
     m("batching: a shared prefix counted once per pass", ENGINE + "batching.py",
-      "    return rows + len(batch) * max(p.prefix for p in batch)",
-      "    return rows + max(p.prefix for p in batch)", "tests/engine/test_batching.py"),
+      "    return rows * width + requests * prefix",
+      "    return rows * width + prefix", "tests/engine/test_batching.py"),
     # --- the adaptive policy ------------------------------------------------------------
     m("policy: the newest pass weighs four fifths", ENGINE + "policy.py",
       "        self.rates[key] = rate if old is None else (1 - SMOOTHING) * old + SMOOTHING * rate",
@@ -80,8 +80,8 @@ MUTATIONS = [
       "tests/engine/test_policy.py"),
     # --- prefix reuse -------------------------------------------------------------------
     m("prefix reuse: a hit costed as if its state ran again", ENGINE + "prefix_reuse.py",
-      "        return len(enc.stem) - self.memory.peek(enc.stem, enc.tenant) + sum(map(len, self._tails(enc)))",
-      "        return len(enc.stem) + sum(map(len, self._tails(enc)))", "tests/engine/test_reuse_costs.py"),
+      "        return len(enc.stem) - self.memory.peek(enc.stem, enc.tenant) + sum(self._tail_lengths(enc))",
+      "        return len(enc.stem) + sum(self._tail_lengths(enc))", "tests/engine/test_reuse_costs.py"),
     m("prefix reuse: new stems on the pinned head left out of the one-pass rule", ENGINE + "prefix_reuse.py",
       "            fresh = [s for s in todo if not s.cached or s.base in pinned]",
       "            fresh = [s for s in todo if not s.cached]", "tests/engine/test_reuse_costs.py"),
@@ -135,12 +135,9 @@ MUTATIONS = [
       "            self.outcomes[rid] = timeout_error(step, where, rid, rid in self.sent, self.unattributed)",
       "            self.outcomes[rid] = timeout_error(step, where, rid, True, self.unattributed)",
       "tests/client/test_client.py::test_unreachable_daemon_times_out_without_sending"),
-    m("replies: a daemon answering shutting_down stays in the pool (JevClient)", CLIENT + "client.py",
-      "                peer.draining = True     # out of the pool now; the retry goes elsewhere",
-      "                pass", FLEET_ROUTING + "::test_a_daemon_answering_shutting_down_leaves_the_pool_at_once"),
-    m("replies: a daemon answering shutting_down stays in the pool (AsyncJevClient)", CLIENT + "async_client.py",
-      "                peer.draining = True     # out of the pool now; the retry goes elsewhere",
-      "                pass", FLEET_ROUTING + "::test_a_daemon_answering_shutting_down_leaves_the_pool_at_once"),
+    m("replies: a daemon answering shutting_down stays in the pool (both clients: Peer.replies)",
+      CLIENT + "fleet.py", "                self.draining = True\n", "                pass\n",
+      FLEET_ROUTING + "::test_a_daemon_answering_shutting_down_leaves_the_pool_at_once"),
     # --- the worker's pipeline (worker_loop.py) ------------------------------------------
     m("worker: work taken ahead keeps no deadline", SERVER + "worker_loop.py",
       "            deadlines.append(None if left is None else now + float(left))",
@@ -196,6 +193,8 @@ MUTATIONS = [
     m("gather: the newest client forgotten when memory is full", SERVER + "gather.py",
       "            del self._answered[next(iter(self._answered))]",
       "            del self._answered[next(reversed(self._answered))]", GATHER),
+    m("gather: a worker's answers noted only once their replies are sent", SERVER + "worker_events.py",
+      "        self.sup.gather.answered(entry[0].client, self.sup.clock())", "        pass", GATHER),
     # --- client routing (routing.py, fleet.py) -------------------------------------------
     m("routing: least_loaded takes the more loaded of two", CLIENT + "routing.py",
       "        return peers[a] if peers[a].load(now) <= peers[b].load(now) else peers[b]",

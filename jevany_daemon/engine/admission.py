@@ -5,7 +5,7 @@ tokenized in one batched call (prompts.py), and each still gets its own
 typed error when it breaks a rule.
 """
 import threading
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from jevany_client.errors import (ContextLengthError, InternalError, InvalidRequestError, JevanyError,
@@ -31,6 +31,7 @@ class Admitted:
     origin: str | None = None     # where the caller came from (the daemon: zmq or http); opaque here
     native: Encoded | None = None  # its native-readout encoding, when the choice readout blends one in
     tenant: str | None = None     # whose prefix-cache entries it may share (the daemon's salt); opaque here
+    costed: tuple | None = field(default=None, repr=False)   # (cache generation, cost): Engine.cost's memo
 
 
 class Admission:

@@ -48,19 +48,23 @@ def take_batch(queue: deque, limits: BatchLimits) -> list[Pending]:
     if head.alone or limits.max_size == 1 or not queue:
         return batch
     real = head.real
+    # padded_cost(batch), kept as running sums and maxima: each candidate is judged in O(1)
+    rows, width, prefix = head.rows, head.width, head.prefix
     window = [p for _, p in zip(range(SCAN_LIMIT), queue) if not p.alone and p.group == head.group]
     window.sort(key=lambda p: abs(p.width - head.width))   # stable: arrival order breaks ties
     for p in window:
         if len(batch) == limits.max_size:
             break
-        cost = padded_cost(batch + [p])
+        joined = (rows + p.rows, max(width, p.width), max(prefix, p.prefix))
+        cost = _padded(*joined, len(batch) + 1)
         if cost > limits.max_padded_tokens:
             continue
-        waste, before = 1 - (real + p.real) / cost, 1 - real / padded_cost(batch)
+        waste, before = 1 - (real + p.real) / cost, 1 - real / _padded(rows, width, prefix, len(batch))
         if waste > limits.max_padding_waste and waste > before:
             continue
         batch.append(p)
         real += p.real
+        rows, width, prefix = joined
     taken = set(map(id, batch))
     remaining = [p for p in queue if id(p) not in taken]
     queue.clear()
@@ -74,8 +78,11 @@ Run = Callable[[list[Pending]], None]
 
 def padded_cost(batch: list[Pending]) -> int:
     """Tokens the batch's passes allocate: every row padded to the widest, every prefix to the longest."""
-    rows = sum(p.rows for p in batch) * max(p.width for p in batch)
-    return rows + len(batch) * max(p.prefix for p in batch)
+    return _padded(sum(p.rows for p in batch), max(p.width for p in batch), max(p.prefix for p in batch), len(batch))
+
+
+def _padded(rows: int, width: int, prefix: int, requests: int) -> int:
+    return rows * width + requests * prefix
 
 
 def drain(queue: deque, take: Take, run: Run) -> None:

@@ -124,7 +124,18 @@ class Engine:
                        alone=bool(admitted.request.media), prefix=shape.prefix, group=layout.name)
 
     def cost(self, admitted: Admitted) -> tuple[Shape, int]:
-        """(shape in a batch, real tokens) of a request, both passes counted when it blends."""
+        """(shape in a batch, real tokens) of a request, both passes counted when it blends.
+
+        Asked when it is queued and again when its pass is launched; what the prefix cache holds is
+        all that can change it in between, so it is remembered until the cache changes.
+        """
+        generation = self.memory.generation if self.memory is not None else 0
+        if admitted.costed is not None and admitted.costed[0] == generation:
+            return admitted.costed[1]
+        admitted.costed = (generation, self._cost(admitted))
+        return admitted.costed[1]
+
+    def _cost(self, admitted: Admitted) -> tuple[Shape, int]:
         layout = self.layout_for(admitted)
         shape, real = layout.shape(admitted.encoded), layout.real_tokens(admitted.encoded)
         if admitted.native is not None:

@@ -48,6 +48,7 @@ class PrefixCache:
         self._entries: OrderedDict[tuple[int, ...], Entry] = OrderedDict()
         self._lock = threading.RLock()
         self.bytes = self._pinned = 0
+        self.generation = 0      # bumped whenever what a lookup could find changes (costs remembered by it)
         self.reset()
 
     def eligible(self, tokens: tuple[int, ...]) -> bool:
@@ -123,6 +124,7 @@ class PrefixCache:
             return False       # the head is everyone's: a tenant's state never replaces it
         self.drop(tokens)
         self._entries[tokens] = Entry(cache, nbytes, tenant=tenant)
+        self.generation += 1
         self.bytes += nbytes
         if extends in self._entries and not self._entries[extends].pinned:
             self._entries.move_to_end(extends, last=False)
@@ -137,6 +139,7 @@ class PrefixCache:
             return False
         self.drop(tokens)
         self._entries[tokens] = entry
+        self.generation += 1
         self.bytes += entry.nbytes
         self._pinned += 1
         self._evict()
@@ -159,6 +162,7 @@ class PrefixCache:
         """Forget an entry, pinned or not (a pass that used it failed, so it may be what broke it)."""
         entry = self._entries.pop(tokens, None)
         if entry is not None:
+            self.generation += 1
             self.bytes -= entry.nbytes
             self._pinned -= entry.pinned
 
