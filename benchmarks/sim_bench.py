@@ -13,9 +13,10 @@ one-question choice requests closed-loop, on the default settings.
 
 The ideal is 32 / (pass ms + the in-process dispatch of a pass of 32): one
 full pass after another, with no host time around them. The dispatch is
-measured again before every round, as this machine's speed drifts. Reported per round:
-the daemon's throughput over the ideal, and its mean requests per pass;
-then the median round. Targets: >= 0.8 of the ideal, >= 24 requests a pass.
+measured again before every round, as this machine's speed drifts.
+Reported per round: the daemon's throughput over the ideal, its mean
+requests per pass and how long a pass took the daemon; then the median
+round. Targets: >= 0.8 of the ideal, >= 24 requests a pass.
 
 Writes benchmarks/results/sim-accelerator.json (--out).
 """
