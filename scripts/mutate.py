@@ -80,8 +80,8 @@ MUTATIONS = [
       "tests/engine/test_policy.py"),
     # --- prefix reuse -------------------------------------------------------------------
     m("prefix reuse: a hit costed as if its state ran again", ENGINE + "prefix_reuse.py",
-      "        return len(enc.stem) - self.memory.peek(enc.stem, enc.tenant) + sum(self._tail_lengths(enc))",
-      "        return len(enc.stem) + sum(self._tail_lengths(enc))", "tests/engine/test_reuse_costs.py"),
+      "        real = len(enc.stem) - self.memory.peek(enc.stem, enc.tenant) + sum(self._tail_lengths(enc))",
+      "        real = len(enc.stem) + sum(self._tail_lengths(enc))", "tests/engine/test_reuse_costs.py"),
     m("prefix reuse: new stems on the pinned head left out of the one-pass rule", ENGINE + "prefix_reuse.py",
       "            fresh = [s for s in todo if not s.cached or s.base in pinned]",
       "            fresh = [s for s in todo if not s.cached]", "tests/engine/test_reuse_costs.py"),

@@ -137,7 +137,10 @@ class Engine:
 
     def _cost(self, admitted: Admitted) -> tuple[Shape, int]:
         layout = self.layout_for(admitted)
-        shape, real = layout.shape(admitted.encoded), layout.real_tokens(admitted.encoded)
+        if hasattr(layout, "cost"):      # the prefix cache's layouts: one lookup for both
+            shape, real = layout.cost(admitted.encoded)
+        else:
+            shape, real = layout.shape(admitted.encoded), layout.real_tokens(admitted.encoded)
         if admitted.native is not None:
             # The native pass never uses the prefix cache: the configured layout runs it.
             shape = both_passes(shape, self.layout.shape(admitted.native))

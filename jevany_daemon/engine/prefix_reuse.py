@@ -124,10 +124,15 @@ class PackedReuse(_Reuse):
     """Attention only: one packed row per distinct stem, continuing what the cache holds of it."""
 
     def shape(self, enc: Encoded) -> Shape:
-        return Shape(1, self.real_tokens(enc))
+        return self.cost(enc)[0]
 
     def real_tokens(self, enc: Encoded) -> int:
-        return len(enc.stem) - self.memory.peek(enc.stem, enc.tenant) + sum(self._tail_lengths(enc))
+        return self.cost(enc)[1]
+
+    def cost(self, enc: Encoded) -> tuple[Shape, int]:
+        """(shape, real tokens) from one lookup in the cache."""
+        real = len(enc.stem) - self.memory.peek(enc.stem, enc.tenant) + sum(self._tail_lengths(enc))
+        return Shape(1, real), real
 
     def prepare(self, encs: list[Encoded], pad_id: int, upload: Upload, backbone: Backbone) -> "_PackedJob":
         stems = list(self._stems(backbone, encs).values())
@@ -184,15 +189,17 @@ class RowReuse(_Reuse):
     """Hybrid recurrent models: a row per question continuing its stem; stems worth keeping run first."""
 
     def shape(self, enc: Encoded) -> Shape:
-        tails, new = self._tail_lengths(enc), len(enc.stem) - self.memory.peek(enc.stem, enc.tenant)
-        if self._runs_first(enc.stem, new, len(tails)):
-            return Shape(len(tails), max(tails), new)
-        return Shape(len(tails), new + max(tails))
+        return self.cost(enc)[0]
 
     def real_tokens(self, enc: Encoded) -> int:
+        return self.cost(enc)[1]
+
+    def cost(self, enc: Encoded) -> tuple[Shape, int]:
+        """(shape, real tokens) from one lookup in the cache."""
         tails, new = self._tail_lengths(enc), len(enc.stem) - self.memory.peek(enc.stem, enc.tenant)
-        repeats = 1 if self._runs_first(enc.stem, new, len(tails)) else len(tails)
-        return repeats * new + sum(tails)
+        if self._runs_first(enc.stem, new, len(tails)):
+            return Shape(len(tails), max(tails), new), new + sum(tails)
+        return Shape(len(tails), new + max(tails)), len(tails) * new + sum(tails)
 
     def _runs_first(self, stem: tuple[int, ...], new: int, rows: int) -> bool:
         """Whether a stem with `new` tokens to compute, read by `rows` rows, runs in a stem pass first."""
