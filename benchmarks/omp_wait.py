@@ -62,7 +62,8 @@ def measure(policy: str, busy: int, passes: int) -> list[list[float]]:
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     if policy != "default":
         env["OMP_WAIT_POLICY"] = policy
-    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "client"), env.get("PYTHONPATH", "")])
+    # empty parts left out: an empty entry would put the working directory on the path
+    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT), str(ROOT / "client"), env.get("PYTHONPATH", "")] if p)
     child = subprocess.Popen([sys.executable, "-c", CHILD, str(passes)], env=env, text=True,
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     hogs = []

@@ -62,9 +62,8 @@ def _directory_problem(path: Path, st: os.stat_result, uid: int, below_shared: b
         return f"{path} is a symlink (owned by uid {st.st_uid}); a socket path must not go through one"
     if not stat.S_ISDIR(st.st_mode):
         return f"{path} is not a directory"
-    if below_shared and st.st_uid not in (uid, 0):
-        return (f"{path} belongs to uid {st.st_uid}, not to uid {uid}, in a directory everyone may write "
-                "to; whoever made it can swap the socket inside")
+    if below_shared and (problem := _owner_problem(path, st, uid)):
+        return f"{problem}; whoever made it can swap the socket inside"
     if st.st_mode & (stat.S_IWGRP | stat.S_IWOTH) and not _is_shared(st):
         return (f"{path} is writable by {'others' if st.st_mode & stat.S_IWOTH else 'its group'} "
                 f"(mode {stat.S_IMODE(st.st_mode):04o}); anyone who may write there can swap the socket")
@@ -86,6 +85,11 @@ def socket_file_problem(path: Path, uid: int | None = None) -> str | None:
         st = os.lstat(path)
     except OSError:
         return None
-    if shared and st.st_uid not in (uid, 0):
-        return f"{path} belongs to uid {st.st_uid}, not to uid {uid}, in a directory everyone may write to"
-    return None
+    return _owner_problem(path, st, uid) if shared else None
+
+
+def _owner_problem(path, st: os.stat_result, uid: int) -> str | None:
+    """Under a shared directory, what is not the user's or root's is someone else's to swap."""
+    if st.st_uid in (uid, 0):
+        return None
+    return f"{path} belongs to uid {st.st_uid}, not to uid {uid}, in a directory everyone may write to"

@@ -49,7 +49,7 @@ class RequestGuard:
         declared = _content_length(headers)
         if declared is not None and declared > self.max_body:
             return await _refuse(send, 413, "invalid_request", _too_large(declared, self.max_body))
-        if not _has_body(scope, headers):
+        if not _has_body(scope, headers, declared):
             return await self.app(scope, receive, _local_redirects(send))
         reserve = declared if declared is not None else self.max_body
         if self.holding + reserve > self.budget:
@@ -93,9 +93,8 @@ def _content_length(headers: dict) -> int | None:
     return int(raw) if raw is not None and raw.strip().isdigit() else None
 
 
-def _has_body(scope, headers: dict) -> bool:
-    return scope["method"] in ("POST", "PUT", "PATCH") or b"transfer-encoding" in headers \
-        or bool(_content_length(headers))
+def _has_body(scope, headers: dict, declared: int | None) -> bool:
+    return scope["method"] in ("POST", "PUT", "PATCH") or b"transfer-encoding" in headers or bool(declared)
 
 
 def _is_json(headers: dict) -> bool:

@@ -111,7 +111,7 @@ class Supervisor:
         ready = self.wait()
         self.handle_signals()
         self.authenticate(ready)
-        self.receive_clients(ready)
+        self.receive_clients()
         self.receive_media(ready)
         self.receive_workers()
         self.expire_deadlines()
@@ -161,7 +161,7 @@ class Supervisor:
         if self.zap is not None and self.zap.sock in ready:
             self.zap.handle()
 
-    def receive_clients(self, ready: dict) -> None:
+    def receive_clients(self) -> None:
         # Every client socket, whatever poll saw: a turn cut short by the budget left some waiting.
         self.peers.read()
         gateway = [self.gateway.sock] if self.gateway is not None else []

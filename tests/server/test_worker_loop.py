@@ -162,11 +162,12 @@ def test_each_requests_tenant_reaches_the_engine(loaded_model):
     # The supervisor's tenant salt (a CurveZMQ key's, an ipc uid's, the HTTP token's) rides as the
     # hand-over item's last field; the engine keys its prefix cache by it.
     engine = Engine(loaded_model("qwen3", "pointer"), EngineConfig(max_batch_size=8))
-    seen, admit_many = [], engine.admit_many
+    seen, keyed, admit_many = [], [], engine.admit_many
 
     def admit(bodies, origins, tenants):
         out = admit_many(bodies, origins, tenants)
         seen.extend(a.tenant for a in out)
+        keyed.extend(a.encoded.tenant for a in out)     # what the prefix cache keys its entries by
         return out
 
     engine.admit_many = admit
@@ -177,3 +178,4 @@ def test_each_requests_tenant_reaches_the_engine(loaded_model):
     run(engine, supervisor)
     assert sorted(tag for _, answers, _ in supervisor.answers() for tag, ok, _ in answers if ok) == [0, 1, 2]
     assert seen == ["a" * 32, None, None]
+    assert keyed == seen
