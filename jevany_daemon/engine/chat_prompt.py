@@ -54,20 +54,30 @@ class ChatPrompt:
         prompt = cls(tokenizer, render, piece)
         for probe in _PROBES:
             whole = tokenizer(render(probe), add_special_tokens=False)["input_ids"]
-            if prompt.ids([probe])[0][0] != whole:
+            if prompt.ids([probe], [0])[0][0] != whole:
                 return None
         return prompt
 
-    def ids(self, users: list[str]) -> list[tuple[list[int], list[int]]]:
-        """Each user message's prompt ids, and where each token ends relative to the message's start
-        (characters: the markup before it ends at or before 0, after it past its end); one batched call."""
+    def ids(self, users: list[str], ends: list[int]) -> list[tuple[list[int], int]]:
+        """Each user message's prompt ids, and how many of them lie wholly before character ends[i] of
+        the message (the markup before it always does, the markup after it never); one batched call."""
         p = self.piece
         encodings = self.backend.encode_batch([p.opening + u + p.closing for u in users], add_special_tokens=False)
-        shift, out = len(p.opening), []
-        for u, e in zip(users, encodings):
-            ends = [0] * len(p.head) + [b - shift for _, b in e.offsets] + [len(u) + len(p.closing) + 1] * len(p.tail)
-            out.append(([*p.head, *e.ids, *p.tail], ends))
+        shift, head, tail, out = len(p.opening), list(p.head), list(p.tail), []
+        for e, end in zip(encodings, ends):
+            out.append((head + e.ids + tail, len(head) + tokens_before(e.offsets, shift + end)))
         return out
+
+
+def tokens_before(offsets: list[tuple[int, int]], end: int) -> int:
+    """How many leading tokens (by their (start, end) character offsets) end at or before `end`: walks
+    only those, and the one after them."""
+    n = 0
+    for _, stop in offsets:
+        if stop > end:
+            break
+        n += 1
+    return n
 
 
 def _piece(tokenizer, before: str, after: str) -> Piece | None:

@@ -16,7 +16,7 @@ from jevany_client.errors import ContextLengthError, JevanyError
 from jevany_client.render import native_options, render
 from jevany_client.schema import DecisionRequest, Question
 
-from .chat_prompt import ChatPrompt
+from .chat_prompt import ChatPrompt, tokens_before
 
 # Option IDs of the choice-token readout: A-Z then a-z.
 CHOICE_IDS = string.ascii_uppercase + string.ascii_lowercase
@@ -277,15 +277,14 @@ class ChoiceEncoder:
         the message (a token that straddles it is not counted: what follows may merge with it
         differently in another prompt). One batched call on a fast tokenizer."""
         if self.chat_prompt is not None:
-            return [(ids, _within(token_ends, end)) for (ids, token_ends), end in zip(self.chat_prompt.ids(users), ends)]
+            return self.chat_prompt.ids(users, ends)
         texts = [self._render(u) for u in users]
         # The user message ends with the options and the answer line, so it cannot
         # also occur in what the template appends after it.
         starts = [max(0, t.rfind(u)) for t, u in zip(texts, users)]
         if self.fast:
             encodings = self.tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=False)
-            return [(e.ids, _within([b - start for _, b in e.offsets], end))
-                    for e, start, end in zip(encodings, starts, ends)]
+            return [(e.ids, tokens_before(e.offsets, start + end)) for e, start, end in zip(encodings, starts, ends)]
         return [self._slow(t, start + end) for t, start, end in zip(texts, starts, ends)]
 
     def _slow(self, text: str, end: int) -> tuple[list[int], int]:
@@ -359,14 +358,6 @@ class ChoiceEncoder:
         n = len(encode_texts(self.tokenizer, [state])[0])
         if n > limit:
             raise ContextLengthError(f"state exceeds {limit} tokens: {n}")
-
-
-def _within(ends: list[int], end: int) -> int:
-    """How many leading tokens (ending at ends[k]) lie wholly before character `end`."""
-    n = 0
-    while n < len(ends) and ends[n] <= end:
-        n += 1
-    return n
 
 
 def _common_prefix_length(prompts: list[list[int]], hint: int = 0) -> int:

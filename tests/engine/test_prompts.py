@@ -1,5 +1,6 @@
 """Prompt encoding: native delimiters, the choice-token prompt, and escaping of caller text."""
 from jevany_client.schema import parse_decision
+from jevany_daemon.engine.chat_prompt import tokens_before
 from jevany_daemon.engine.prompts import CHOICE_ANSWER_LINE, ChoiceEncoder, Limits, NativeEncoder, choice_descriptions
 
 ROOMY = Limits(8192, 8192, 8192)
@@ -111,6 +112,26 @@ def test_the_stem_is_the_head_and_the_state_whatever_is_asked(loaded_model):
     assert len(one.prefix) > len(one.stem)          # the question's text is never part of it
     assert grown.stem[:len(one.stem)] == one.stem and len(grown.stem) > len(one.stem)
     assert head[:len(encoded("", q={"type": "noul"}).stem)] == encoded("", q={"type": "noul"}).stem   # no state: at most the head
+
+
+def test_tokens_before_counts_the_leading_tokens_that_end_by_a_character():
+    offsets = [(0, 2), (2, 5), (5, 5), (5, 9), (9, 12)]
+    assert [tokens_before(offsets, end) for end in (0, 2, 4, 5, 8, 9, 12, 99)] == [0, 1, 1, 3, 3, 4, 5, 5]
+    assert tokens_before([], 7) == 0
+
+
+def test_the_rendered_once_prompt_and_the_whole_prompt_give_the_same_encoding(loaded_model):
+    """ChatPrompt's pieces and the template rendered whole per question: the same ids, prefix and stem."""
+    model = loaded_model("qwen3", "choice")
+    fast, whole = ChoiceEncoder(model.tokenizer), ChoiceEncoder(model.tokenizer)
+    whole.chat_prompt = None
+    assert fast.chat_prompt is not None
+    requests = [parse_decision({"state": state, "questions": {
+        "a": {"type": "noul", "instructions": "is it late?"}, "b": {"type": "score", "criteria": ["x", "y"]}}})
+        for state in ("refund parcel late " * 6, {"ticket": "lost", "n": 3}, "", "ends with a brace }")]
+    assert fast.encode_many(requests, ROOMY) == whole.encode_many(requests, ROOMY)
+    stems = [e.stem for e in fast.encode_many(requests, ROOMY)]
+    assert all(stem[:len(fast.head)] == fast.head for i, stem in enumerate(stems) if i != 2)   # "" has no state
 
 
 def test_single_question_keeps_its_last_token_in_the_branch(loaded_model):
