@@ -7,7 +7,6 @@ or, while a pass runs, a full pass's worth; its loop (worker_loop.py) keeps
 a pass on the device while the host admits, forms and answers around it.
 """
 import argparse
-import json
 import logging
 import os
 import signal
@@ -22,6 +21,7 @@ import zmq
 from jevany_daemon.config import EngineConfig, LoadOptions
 
 from . import channel
+from .handoff import read_settings
 from .logs import configure_logging, event
 from .worker_loop import WorkerLoop, device_info
 
@@ -124,7 +124,9 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description="jevany-daemon worker (started by the supervisor)")
     parser.add_argument("--backend", required=True)
     parser.add_argument("--identity", required=True)
-    parser.add_argument("--settings", required=True, help="ServeSettings as JSON")
+    parser.add_argument("--settings", default=None, help="ServeSettings as JSON")
+    parser.add_argument("--settings-fd", type=int, default=None,
+                        help="a descriptor to read them from instead (the supervisor's way: handoff.py)")
     parser.add_argument("--parent", type=int, default=None,
                         help="the supervisor's pid: given, since it may die while this process loads the model")
     args = parser.parse_args(argv)
@@ -133,7 +135,9 @@ def main(argv=None) -> int:
     # to the whole process group must not kill requests in flight.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    settings = json.loads(args.settings)
+    if (args.settings is None) == (args.settings_fd is None):
+        parser.error("give one of --settings and --settings-fd")
+    settings = read_settings(args.settings, args.settings_fd)
     configure_logging()
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)

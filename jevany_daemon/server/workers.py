@@ -1,5 +1,4 @@
 """Worker processes as the supervisor sees them: spawn, hand over work, notice death or silence."""
-import json
 import os
 import signal
 import subprocess
@@ -9,6 +8,7 @@ from dataclasses import dataclass, field
 from . import channel
 from .admission import Entry
 from .devices import worker_view
+from .handoff import settings_fd
 from .sdnotify import worker_environment
 
 STARTING, IDLE, BUSY, STOPPING = "starting", "idle", "busy", "stopping"
@@ -137,14 +137,20 @@ class WorkerHandle:
 def spawn(slot: int, serial: int, generation: int, backend: str, settings: dict, now: float) -> WorkerHandle:
     worker = WorkerHandle(slot, serial, generation, None, settings["device"], settings["heartbeat_timeout"],
                           settings["batch_timeout"], spawned_at=now, last_seen=now)
-    argv, worker_env = worker_launch(worker.identity.decode(), backend, settings)
-    worker.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, env=worker_env)
+    argv, worker_env, handed = worker_launch(worker.identity.decode(), backend, settings)
+    fd = settings_fd(handed)      # not on its command line, which every local user can read (handoff.py)
+    try:
+        worker.proc = subprocess.Popen([*argv, "--settings-fd", str(fd)], stdin=subprocess.DEVNULL, env=worker_env,
+                                       pass_fds=(fd,))
+    finally:
+        os.close(fd)
     worker.sentinel = _pidfd(worker.proc.pid)
     return worker
 
 
-def worker_launch(identity: str, backend: str, settings: dict, env=os.environ) -> tuple[list[str], dict]:
-    """The worker's command line and environment: it is shown only the GPUs it serves, by its own names."""
+def worker_launch(identity: str, backend: str, settings: dict, env=os.environ) -> tuple[list[str], dict, dict]:
+    """The worker's command line (its settings go through a descriptor: spawn), its environment, and the
+    settings it is handed: it is shown only the GPUs it serves, by its own names."""
     view = worker_view(settings["device"], env)
     worker_env = worker_environment(env)
     # OpenMP's threads, once a parallel region ends, spin for a while before they sleep (libgomp's
@@ -156,8 +162,8 @@ def worker_launch(identity: str, backend: str, settings: dict, env=os.environ) -
     if view.cuda_visible is not None:
         worker_env["CUDA_VISIBLE_DEVICES"] = view.cuda_visible
     argv = [sys.executable, "-m", "jevany_daemon.server.worker", "--backend", backend, "--identity", identity,
-            "--settings", json.dumps({**settings, "device": view.device}), "--parent", str(os.getpid())]
-    return argv, worker_env
+            "--parent", str(os.getpid())]
+    return argv, worker_env, {**settings, "device": view.device}
 
 
 def _pidfd(pid: int) -> int | None:

@@ -241,9 +241,10 @@ def test_the_redirect_names_no_host_docs_are_off_and_the_command_line_names_no_s
     location = re.search(rb"(?i)\r\nlocation: *([^\r]*)", reply)
     assert _status_line(reply) in (307, 308) and location and location.group(1) == b"/v1/models?x=1"
     assert _status_line(_http(daemon.port, b"GET /docs HTTP/1.1\r\nHost: x\r\n\r\n")) == 404
-    gateway = _control(daemon)["http"]["pid"]
-    checker = _control(daemon)["media"]["checker_pid"]
-    for pid in (gateway, checker):
+    status = _control(daemon)
+    workers = [w["pid"] for w in status["workers"]]
+    assert workers
+    for pid in (status["http"]["pid"], status["media"]["checker_pid"], *workers):
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         assert str(daemon.token_file).encode() not in cmdline and b"media_root" not in cmdline
 

@@ -59,57 +59,61 @@ def test_heartbeats_fit_several_times_in_the_timeout():
 
 # --- devices: what a worker is shown, and what it reports --------------------------------
 
-def launched_settings(argv: list[str]) -> dict:
-    return json.loads(argv[argv.index("--settings") + 1])
-
-
 def test_a_gpu_worker_is_shown_only_its_gpu_and_calls_it_cuda_0():
     settings = {"device": "cuda:1", "heartbeat_timeout": 10.0, "batch_timeout": 120.0, "model": "/m"}
     env = {"CUDA_VISIBLE_DEVICES": "2,3", "NOTIFY_SOCKET": "/run/systemd/notify", "HOME": "/home/j"}
-    argv, worker_env = worker_launch("w0.1", "ipc:///tmp/b", settings, env)
+    argv, worker_env, handed = worker_launch("w0.1", "ipc:///tmp/b", settings, env)
     # systemd's variables stay ours; OpenMP waits passively (workers.py says why)
     assert worker_env == {"CUDA_VISIBLE_DEVICES": "3", "HOME": "/home/j", "OMP_WAIT_POLICY": "PASSIVE"}
-    assert launched_settings(argv) == {**settings, "device": "cuda:0"}
+    assert handed == {**settings, "device": "cuda:0"}
     assert argv[argv.index("--identity") + 1] == "w0.1" and argv[argv.index("--backend") + 1] == "ipc:///tmp/b"
 
 
 def test_a_device_map_worker_is_shown_every_gpu_of_its_list():
     settings = {"device": "cuda:1,cuda:3", "device_map": "auto", "heartbeat_timeout": 10.0, "batch_timeout": 1.0}
-    argv, worker_env = worker_launch("w0.1", "ipc:///tmp/b", settings, {})
+    _, worker_env, handed = worker_launch("w0.1", "ipc:///tmp/b", settings, {})
     assert worker_env["CUDA_VISIBLE_DEVICES"] == "1,3"
-    assert launched_settings(argv)["device"] == "cuda:0,cuda:1"
-    argv, worker_env = worker_launch("w0.1", "ipc:///tmp/b", {**settings, "device": "cuda"},
-                                     {"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b"})
-    assert worker_env["CUDA_VISIBLE_DEVICES"] == "GPU-a,GPU-b" and launched_settings(argv)["device"] == "cuda"
+    assert handed["device"] == "cuda:0,cuda:1"
+    _, worker_env, handed = worker_launch("w0.1", "ipc:///tmp/b", {**settings, "device": "cuda"},
+                                          {"CUDA_VISIBLE_DEVICES": "GPU-a,GPU-b"})
+    assert worker_env["CUDA_VISIBLE_DEVICES"] == "GPU-a,GPU-b" and handed["device"] == "cuda"
 
 
 def test_a_workers_openmp_threads_wait_passively_unless_the_operator_says_otherwise():
-    _, worker_env = worker_launch("w0.1", "ipc:///tmp/b", {"device": "cpu"}, {})
+    _, worker_env, _ = worker_launch("w0.1", "ipc:///tmp/b", {"device": "cpu"}, {})
     assert worker_env["OMP_WAIT_POLICY"] == "PASSIVE"
-    _, worker_env = worker_launch("w0.1", "ipc:///tmp/b", {"device": "cpu"}, {"OMP_WAIT_POLICY": "ACTIVE"})
+    _, worker_env, _ = worker_launch("w0.1", "ipc:///tmp/b", {"device": "cpu"}, {"OMP_WAIT_POLICY": "ACTIVE"})
     assert worker_env["OMP_WAIT_POLICY"] == "ACTIVE"
 
 
 def test_a_cpu_worker_sees_no_gpu():
-    argv, worker_env = worker_launch("w0.1", "ipc:///tmp/b", {"device": "cpu"}, {"CUDA_VISIBLE_DEVICES": "0"})
-    assert worker_env["CUDA_VISIBLE_DEVICES"] == "" and launched_settings(argv)["device"] == "cpu"
+    _, worker_env, handed = worker_launch("w0.1", "ipc:///tmp/b", {"device": "cpu"}, {"CUDA_VISIBLE_DEVICES": "0"})
+    assert worker_env["CUDA_VISIBLE_DEVICES"] == "" and handed["device"] == "cpu"
 
 
 def test_spawn_keeps_the_operators_name_for_the_device(monkeypatch):
     started = []
 
     def popen(argv, **kwargs):
-        started.append((argv, kwargs["env"]))
+        [fd] = kwargs["pass_fds"]
+        handed = json.loads(os.pread(fd, 1 << 16, 0))     # what the worker will read from its descriptor
+        started.append((argv, kwargs["env"], fd, handed))
         return SimpleNamespace(pid=4242, returncode=None, poll=lambda: None)
 
     monkeypatch.setattr(workers.subprocess, "Popen", popen)
     monkeypatch.setattr(workers, "_pidfd", lambda pid: None)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,7")
-    worker = workers.spawn(0, 1, 0, "ipc:///tmp/b", {"device": "cuda:1", "heartbeat_timeout": 10.0,
-                                                     "batch_timeout": 120.0}, now=0.0)
-    [(argv, env)] = started
-    assert env["CUDA_VISIBLE_DEVICES"] == "7" and launched_settings(argv)["device"] == "cuda:0"
+    settings = {"device": "cuda:1", "heartbeat_timeout": 10.0, "batch_timeout": 120.0,
+                "http_token_file": "/etc/jevany/secret-path"}
+    worker = workers.spawn(0, 1, 0, "ipc:///tmp/b", settings, now=0.0)
+    [(argv, env, fd, handed)] = started
+    assert env["CUDA_VISIBLE_DEVICES"] == "7" and handed == {**settings, "device": "cuda:0"}
     assert worker.device == "cuda:1" and worker.describe("serving")["device"] == "cuda:1"
+    # The settings name files: never on the command line, which every local user can read.
+    assert argv[argv.index("--settings-fd") + 1] == str(fd) and "--settings" not in argv
+    assert not any("secret-path" in arg for arg in argv)
+    with pytest.raises(OSError):
+        os.fstat(fd)                                      # the supervisor's copy is closed once handed
 
 
 H200 = {"name": "NVIDIA H200", "memory_used_bytes": 12 << 30, "memory_total_bytes": 140 << 30}
@@ -157,7 +161,8 @@ def test_a_worker_whose_supervisor_died_while_it_loaded_exits(tiny_model, tmp_pa
 
     settings = resolve({"model": str(tiny_model("qwen3", "pointer")), "bind": (f"ipc://{tmp_path}/d.sock",),
                         "control": ""}, None, env={}).worker_settings("cpu")
-    argv, _ = worker_launch("w0.1", f"ipc://{tmp_path}/nobody.sock", settings, {})
+    argv, _, handed = worker_launch("w0.1", f"ipc://{tmp_path}/nobody.sock", settings, {})
+    argv += ["--settings", json.dumps(handed)]      # as JSON: started through a parent of its own here
     assert argv[argv.index("--parent") + 1] == str(os.getpid())
     argv[argv.index("--parent") + 1] = "PARENT"
     launch = (f"import os, subprocess, sys; argv = {argv!r}; argv[argv.index('PARENT')] = str(os.getpid()); "
