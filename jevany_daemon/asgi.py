@@ -21,6 +21,7 @@ from fastapi import FastAPI
 from .gateway.app import Gateway, create_app as _routes
 from .gateway.embedded import InProcess
 from .inprocess import JevModel
+from .server.settings import ServeSettings
 
 __all__ = ["JevModel", "create_app"]
 
@@ -32,7 +33,7 @@ def create_app(checkpoint: str | Path | None = None, *, model: JevModel | None =
     model the JEVANY_* settings name. token: a bearer token the routes then want (none: open, as JevAny)."""
     if model is not None and (checkpoint is not None or options):
         raise ValueError("pass either a loaded model or checkpoint loading options")
-    settings = {"http_cors_origins": cors_origins}
+    settings = {"http_cors_origins": cors_origins, "max_message_bytes": ServeSettings.max_message_bytes}
     if model is not None:
         backend = InProcess(model)
     elif checkpoint is not None:
@@ -60,7 +61,8 @@ def _from_environment(**refused) -> FastAPI:
                          "jevany-daemon serve --media-root")
     token = Path(s.http_token_file).read_text(encoding="utf-8").strip() if s.http_token_file else None
     backend = InProcess(load=lambda: JevModel.from_settings(s))
-    return _routes(Gateway(backend, {"http_cors_origins": s.http_cors_origins}, token, metrics_url=None))
+    settings = {"http_cors_origins": s.http_cors_origins, "max_message_bytes": s.max_message_bytes}
+    return _routes(Gateway(backend, settings, token, metrics_url=None))
 
 
 def __getattr__(name: str):

@@ -26,6 +26,7 @@ from jevany_client.errors import JevanyError
 from jevany_daemon import __version__
 from jevany_daemon.server.validation import cors_origins
 
+from .guard import RequestGuard
 from .jevany_view import (ADDITIONS_HEADER, BATCH_SIZE_HEADER, PADDED_TOKENS_HEADER, answer_body, answer_headers,
                           models_body, wants_additions)
 from .replies import ERROR_CODE_HEADER, JEVANY_ERROR_HEADER, TIMEOUT_HEADER, error_response, from_error
@@ -79,6 +80,10 @@ def create_app(gateway: Gateway) -> FastAPI:
     app = FastAPI(title="jevany-daemon", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="JevAny's HTTP API: typed questions about a state, answered in one prefill pass. "
                               "HTTP and ZeroMQ callers share one queue and its batches.")
+    # The token, then the body's size and counts, checked before FastAPI reads a byte of the body (guard.py),
+    # in the daemon's gateway and in an embedded app alike. Inside CORS (added after, so outside it): a
+    # refusal carries CORS's headers, and CORS answers a browser's preflight, which carries no token.
+    app.add_middleware(RequestGuard, token=gateway.token, max_body_bytes=gateway.settings["max_message_bytes"])
     # JevAny lets a page from any origin call it (CORSMiddleware, everything allowed); so do we,
     # unless --http-cors-origins narrows it. Our headers are exposed, so a page can read them.
     origins = cors_origins(gateway.settings.get("http_cors_origins", "*"))

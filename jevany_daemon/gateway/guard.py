@@ -3,7 +3,9 @@
 FastAPI reads and parses a body before any dependency runs, so the token
 dependency came too late: a 315 MB body without a token was read and parsed
 (954 MB at the gateway's peak) before its 401, and with a token a 105 MB one
-got its 413 only after parsing. This middleware, outside FastAPI:
+got its 413 only after parsing. This middleware runs ahead of FastAPI's
+routes (create_app adds it, inside CORS), in the daemon's gateway and in an
+embedded app alike:
 
 - answers 401 from the headers alone, the body unread, wherever the token is
   required (everywhere but /health and the API description);

@@ -28,7 +28,6 @@ from jevany_daemon.server.tenants import http_tenant
 
 from .app import Gateway, create_app
 from .connections import GuardedHttp
-from .guard import RequestGuard
 from .upstream import Upstream
 
 log = logging.getLogger("jevany.gateway")
@@ -78,8 +77,7 @@ def main(argv=None) -> int:
         token = Path(settings["http_token_file"]).read_text(encoding="utf-8").strip()
     listener = socket.socket(fileno=args.fd)
     upstream = Upstream(args.upstream, settings["max_message_bytes"], tenant=http_tenant(token))
-    app = RequestGuard(create_app(Gateway(upstream, settings, token, args.metrics_url)), token,
-                       settings["max_message_bytes"])
+    app = create_app(Gateway(upstream, settings, token, args.metrics_url))
     config = uvicorn.Config(app, http=GuardedHttp, log_level="warning", access_log=False, server_header=False,
                             timeout_graceful_shutdown=GRACEFUL_STOP_S, timeout_keep_alive=KEEP_ALIVE_S,
                             lifespan="on", backlog=2048)

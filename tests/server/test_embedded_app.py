@@ -1,4 +1,5 @@
 """JevAny's create_app(model=...) for JevModel: one model in this process, served to HTTP and Python callers at once."""
+import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -74,3 +75,24 @@ def test_from_pretrained_takes_jevany_arguments(tiny_model):
     assert (model.describe()["readout"], model.describe()["choice_readout"]["temperature"]) == ("choice", 0.5)
     answer = model.system_one("a parcel is late", {"u": {"type": "noul"}})
     assert list(answer["answers"]["u"]) == ["type", "noul"]
+
+
+def test_an_embedded_app_checks_the_token_and_the_bodys_size_before_reading_it(loaded_model):
+    """The daemon's gateway guard (gateway/guard.py) in the embedded app too: a 300 MB body declared and never
+    sent is refused from its headers, 401 without the token, 413 with it; a browser's preflight still passes."""
+    from .test_hostile_clients import _http, _status_line
+
+    model = JevModel(Engine(loaded_model("qwen3", "pointer"), EngineConfig(max_batch_size=8)))
+    with serving(create_app(model=model, token="s3cret")) as port:
+        huge = b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 300000000\r\n"
+        reply = _http(port, huge + b"\r\n")
+        assert _status_line(reply) == 401 and b"x-jevany-daemon-error: unauthorized" in reply.lower()
+        reply = _http(port, huge + b"Authorization: Bearer s3cret\r\n\r\n")
+        assert _status_line(reply) == 413 and b"--max-message-bytes" in reply
+        reply = _http(port, b"OPTIONS /v1/systemone HTTP/1.1\r\nHost: x\r\nOrigin: https://page.example\r\n"
+                            b"Access-Control-Request-Method: POST\r\nAccess-Control-Request-Headers: authorization\r\n\r\n")
+        assert _status_line(reply) == 200 and b"access-control-allow-origin" in reply.lower()
+        body = json.dumps(BODIES[0]).encode()
+        reply = _http(port, b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                            b"Authorization: Bearer s3cret\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
+        assert _status_line(reply) == 200
