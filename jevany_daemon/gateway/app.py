@@ -10,12 +10,11 @@ Handlers are coroutines: a request costs a future on the event loop while it
 waits for the daemon, never a thread.
 """
 import asyncio
-import hmac
 import math
 import urllib.request
 from contextlib import asynccontextmanager
 
-from fastapi import Depends, FastAPI, Header, Request
+from fastapi import FastAPI, Header, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
@@ -80,9 +79,10 @@ def create_app(gateway: Gateway) -> FastAPI:
     app = FastAPI(title="jevany-daemon", version=__version__, lifespan=lifespan, docs_url=None, redoc_url=None,
                   description="JevAny's HTTP API: typed questions about a state, answered in one prefill pass. "
                               "HTTP and ZeroMQ callers share one queue and its batches.")
-    # The token, then the body's size and counts, checked before FastAPI reads a byte of the body (guard.py),
-    # in the daemon's gateway and in an embedded app alike. Inside CORS (added after, so outside it): a
-    # refusal carries CORS's headers, and CORS answers a browser's preflight, which carries no token.
+    # The token (on every route but /health and the API description), then the body's size and counts,
+    # checked before FastAPI reads a byte of the body (guard.py), in the daemon's gateway and in an
+    # embedded app alike; the only token check. Inside CORS (added after, so outside it): a refusal
+    # carries CORS's headers, and CORS answers a browser's preflight, which carries no token.
     app.add_middleware(RequestGuard, token=gateway.token, max_body_bytes=gateway.settings["max_message_bytes"])
     # JevAny lets a page from any origin call it (CORSMiddleware, everything allowed); so do we,
     # unless --http-cors-origins narrows it. Our headers are exposed, so a page can read them.
@@ -99,20 +99,7 @@ def create_app(gateway: Gateway) -> FastAPI:
             float: lambda v: v if math.isfinite(v) else str(v)})
         return JSONResponse({"detail": detail}, status_code=422, headers={ERROR_CODE_HEADER: "invalid_request"})
 
-    async def authorized(authorization: str | None = Header(default=None, include_in_schema=False)):
-        if gateway.token is None:
-            return
-        scheme, _, given = (authorization or "").partition(" ")
-        if scheme.lower() != "bearer" or not hmac.compare_digest(given.strip().encode(), gateway.token.encode()):
-            raise Unauthorized()
-
-    @app.exception_handler(Unauthorized)
-    async def unauthorized(_request: Request, _exc: Exception):
-        return JSONResponse({"detail": "a valid 'Authorization: Bearer TOKEN' header is required"},
-                            status_code=401, headers={"WWW-Authenticate": "Bearer",
-                                                      ERROR_CODE_HEADER: "unauthorized"})
-
-    @app.post("/v1/systemone", dependencies=[Depends(authorized)])
+    @app.post("/v1/systemone")
     async def systemone(request: SystemOneRequest,
                         timeout_ms: str | None = Header(default=None, alias=TIMEOUT_HEADER,
                                                         description="Give up unless scoring begins within "
@@ -138,7 +125,7 @@ def create_app(gateway: Gateway) -> FastAPI:
         except JevanyError as exc:
             return from_error(exc)
 
-    @app.get("/v1/models", dependencies=[Depends(authorized)])
+    @app.get("/v1/models")
     async def models():
         """The loaded model: {"models": [description]}, with the media policy in its limits."""
         if not await gateway.is_ready():
@@ -161,7 +148,7 @@ def create_app(gateway: Gateway) -> FastAPI:
             status = "draining"
         return JSONResponse({"status": status}, status_code=200 if status == "ready" else 503)
 
-    @app.get("/metrics", dependencies=[Depends(authorized)], include_in_schema=False)
+    @app.get("/metrics", include_in_schema=False)
     async def metrics():
         if gateway.metrics_url is None:
             return JSONResponse({"detail": "metrics are off; start the daemon with --metrics-port"},
@@ -173,10 +160,6 @@ def create_app(gateway: Gateway) -> FastAPI:
         return Response(body, media_type=content_type)
 
     return app
-
-
-class Unauthorized(Exception):
-    pass
 
 
 def _timeout_ms(raw: str | None) -> int | None:
