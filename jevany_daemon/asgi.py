@@ -27,13 +27,16 @@ __all__ = ["JevModel", "create_app"]
 
 
 def create_app(checkpoint: str | Path | None = None, *, model: JevModel | None = None, token: str | None = None,
-               cors_origins: str = "*", **options) -> FastAPI:
+               cors_origins: str = "*", max_message_bytes: int = ServeSettings.max_message_bytes,
+               **options) -> FastAPI:
     """JevAny's create_app: serve `model`, already loaded (Python callers keep calling it), or load
     `checkpoint` with JevModel.from_pretrained's options while the app starts; with neither, the
-    model the JEVANY_* settings name. token: a bearer token the routes then want (none: open, as JevAny)."""
+    model the JEVANY_* settings name. token: a bearer token the routes then want (none: open, as JevAny).
+    max_message_bytes: the largest request body, refused (413) before it is read past that (the app the
+    JEVANY_* settings name takes JEVANY_MAX_MESSAGE_BYTES instead)."""
     if model is not None and (checkpoint is not None or options):
         raise ValueError("pass either a loaded model or checkpoint loading options")
-    settings = {"http_cors_origins": cors_origins, "max_message_bytes": ServeSettings.max_message_bytes}
+    settings = {"http_cors_origins": cors_origins, "max_message_bytes": max_message_bytes}
     if model is not None:
         backend = InProcess(model)
     elif checkpoint is not None:

@@ -45,7 +45,7 @@ class RequestGuard:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
-        if self.token is not None and scope["path"] not in PUBLIC_PATHS and not self._authorized(headers):
+        if self.token is not None and _route_path(scope) not in PUBLIC_PATHS and not self._authorized(headers):
             return await _refuse(send, 401, "unauthorized", "a valid 'Authorization: Bearer TOKEN' header is "
                                  "required", {b"www-authenticate": b"Bearer"})
         declared = _content_length(headers)
@@ -156,6 +156,15 @@ def _path_only(location: bytes) -> bytes:
     match = re.match(rb"^[a-zA-Z][a-zA-Z0-9+.-]*://[^/?#]*", location)
     rest = location[match.end():] if match else location
     return b"/" + rest.lstrip(b"/\\")      # one slash: "//host" would name a host again
+
+
+def _route_path(scope) -> str:
+    """The path as the routes match it: without the prefix an app mounted under one, or served with
+    --root-path, is reached by (Starlette strips it the same way)."""
+    path, root = scope["path"], scope.get("root_path", "")
+    if root and path.startswith(root) and path[len(root):len(root) + 1] in ("", "/"):
+        return path[len(root):] or "/"
+    return path
 
 
 async def _refuse(send, status: int, code: str, message: str, extra: dict | None = None) -> None:

@@ -11,13 +11,18 @@ import os
 
 
 def settings_fd(settings: dict) -> int:
-    """An inheritable descriptor holding settings as JSON, read from its start; the caller closes it."""
-    fd = os.memfd_create("jevany-settings", 0)      # no MFD_CLOEXEC: the child inherits it
-    data = json.dumps(settings).encode()
-    view = memoryview(data)
-    while view:
-        view = view[os.write(fd, view):]
-    os.lseek(fd, 0, os.SEEK_SET)
+    """A descriptor holding settings as JSON, read from its start, for Popen's pass_fds (which alone makes
+    it the child's: close-on-exec otherwise, so no other process started meanwhile inherits it); the caller
+    closes it."""
+    fd = os.memfd_create("jevany-settings", os.MFD_CLOEXEC)
+    try:
+        view = memoryview(json.dumps(settings).encode())
+        while view:
+            view = view[os.write(fd, view):]
+        os.lseek(fd, 0, os.SEEK_SET)
+    except BaseException:
+        os.close(fd)
+        raise
     return fd
 
 

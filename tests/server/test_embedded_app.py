@@ -3,6 +3,7 @@ import json
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
+from fastapi import FastAPI
 
 from jevany_daemon import workloads
 from jevany_daemon.asgi import JevModel, create_app
@@ -96,3 +97,13 @@ def test_an_embedded_app_checks_the_token_and_the_bodys_size_before_reading_it(l
         reply = _http(port, b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
                             b"Authorization: Bearer s3cret\r\nContent-Length: %d\r\n\r\n" % len(body) + body)
         assert _status_line(reply) == 200
+    outer = FastAPI()                                   # mounted under a prefix, as behind a path-routing proxy
+    outer.mount("/jevany", create_app(model=model, token="s3cret", max_message_bytes=1000))
+    with serving(outer) as port:
+        http = Http(port)
+        assert http.request("GET", "/jevany/health")[0] == 200          # probes need no secret, prefixed or not
+        assert http.request("GET", "/jevany/v1/models")[0] == 401
+        status, _, reply = http.request("POST", "/jevany/v1/systemone", {**BODIES[0], "state": "x" * 2000},
+                                        headers={"Authorization": "Bearer s3cret"})
+        assert status == 413 and "1,000" in reply["detail"]          # its own limit, given to create_app
+        http.close()

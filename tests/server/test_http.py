@@ -210,6 +210,13 @@ def test_a_token_guards_the_routes(start_daemon, tmp_path):
     assert http.request("POST", "/v1/systemone", BODY, headers={"Authorization": "Bearer s3cret"})[0] == 200
     assert http.request("GET", "/v1/models")[0] == 401
     assert http.request("GET", "/health")[0] == 200          # probes need no secret; it says only ready or not
+    # A browser's preflight carries no token: CORS answers it, outside the guard, and a refusal has CORS's headers.
+    status, headers, _ = http.request("OPTIONS", "/v1/systemone", headers={
+        "Origin": "https://page.example", "Access-Control-Request-Method": "POST",
+        "Access-Control-Request-Headers": "authorization,content-type"})
+    assert status == 200 and headers["access-control-allow-origin"] in ("*", "https://page.example")
+    status, headers, _ = http.request("POST", "/v1/systemone", BODY, headers={"Origin": "https://page.example"})
+    assert status == 401 and "access-control-allow-origin" in headers
     http.close()
     assert daemon.stop() == 0
 
