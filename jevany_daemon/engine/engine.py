@@ -136,15 +136,11 @@ class Engine:
         return admitted.costed[1]
 
     def _cost(self, admitted: Admitted) -> tuple[Shape, int]:
-        layout = self.layout_for(admitted)
-        if hasattr(layout, "cost"):      # the prefix cache's layouts: one lookup for both
-            shape, real = layout.cost(admitted.encoded)
-        else:
-            shape, real = layout.shape(admitted.encoded), layout.real_tokens(admitted.encoded)
+        shape, real = self.layout_for(admitted).cost(admitted.encoded)   # the prefix cache's: one lookup
         if admitted.native is not None:
             # The native pass never uses the prefix cache: the configured layout runs it.
-            shape = both_passes(shape, self.layout.shape(admitted.native))
-            real += self.layout.real_tokens(admitted.native)
+            native_shape, native_real = self.layout.cost(admitted.native)
+            shape, real = both_passes(shape, native_shape), real + native_real
         return shape, real
 
     def layout_for(self, admitted: Admitted):

@@ -75,7 +75,14 @@ class OneForward:
         return gather_rows(hidden, s.gather), s.padded_tokens
 
 
-class RowsLayout:
+class Layout:
+    """What every layout answers of a request: its shape in a batch and its real tokens (cost: both)."""
+
+    def cost(self, enc: Encoded) -> tuple[Shape, int]:
+        return self.shape(enc), self.real_tokens(enc)
+
+
+class RowsLayout(Layout):
     name = "rows"
 
     @staticmethod
@@ -97,7 +104,7 @@ class RowsLayout:
         return OneForward(grid.register(upload), block_causal=False)
 
 
-class PackedLayout:
+class PackedLayout(Layout):
     name = "packed"
 
     @staticmethod
@@ -124,7 +131,7 @@ class PackedLayout:
         return OneForward(grid.register(upload), block_causal=True)
 
 
-class SharedLayout:
+class SharedLayout(Layout):
     name = "shared"
 
     def __init__(self):

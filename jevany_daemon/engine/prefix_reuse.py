@@ -123,12 +123,6 @@ class _Reuse:
 class PackedReuse(_Reuse):
     """Attention only: one packed row per distinct stem, continuing what the cache holds of it."""
 
-    def shape(self, enc: Encoded) -> Shape:
-        return self.cost(enc)[0]
-
-    def real_tokens(self, enc: Encoded) -> int:
-        return self.cost(enc)[1]
-
     def cost(self, enc: Encoded) -> tuple[Shape, int]:
         """(shape, real tokens) from one lookup in the cache."""
         real = len(enc.stem) - self.memory.peek(enc.stem, enc.tenant) + sum(self._tail_lengths(enc))
@@ -187,12 +181,6 @@ class _PackedJob:
 
 class RowReuse(_Reuse):
     """Hybrid recurrent models: a row per question continuing its stem; stems worth keeping run first."""
-
-    def shape(self, enc: Encoded) -> Shape:
-        return self.cost(enc)[0]
-
-    def real_tokens(self, enc: Encoded) -> int:
-        return self.cost(enc)[1]
 
     def cost(self, enc: Encoded) -> tuple[Shape, int]:
         """(shape, real tokens) from one lookup in the cache."""
