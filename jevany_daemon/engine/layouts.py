@@ -5,8 +5,10 @@ Exact on every architecture, recurrent layers included, because padding only
 ever follows the real tokens.
 
 Packed: one sequence per request (prefix once, then every branch) under a
-block-causal 4D mask with positions restarting after the prefix. It runs the
-shared state once, but it is only valid where a test proves it equals rows.
+block-causal 4D mask with positions restarting after the prefix; short
+sequences share a row, each seeing only itself (pass_inputs.Packing). It
+runs the shared state once, but it is only valid where a test proves it
+equals rows.
 The mask is additive float, never boolean: eager attention silently
 misreads boolean 4D masks in the transformers version we pin.
 
@@ -36,7 +38,7 @@ import torch
 
 from .cache_rows import Block, CacheKit, JoinPlan
 from .masks import block_causal_mask, continued_block_causal_mask, padded_causal_mask
-from .pass_inputs import Grid, Sent, Upload, gather_rows
+from .pass_inputs import Grid, Packing, Sent, Upload, gather_rows
 from .prompts import Encoded
 
 # Architectures whose layouts a test proves equal to rows
@@ -116,18 +118,21 @@ class PackedLayout(Layout):
         return enc.packed_length
 
     def prepare(self, encs: list[Encoded], pad_id: int, upload: Upload, backbone: Backbone = None) -> OneForward:
-        grid = Grid(pad_id)
+        packing, reads = Packing(), []
         for e in encs:
             p = len(e.prefix)
-            ids, seg, pos, reads = list(e.prefix), [0] * p, list(range(p)), []
+            ids, seg, pos, mine = list(e.prefix), [0] * p, list(range(p)), []
             for k, b in enumerate(e.branches, 1):
-                reads += [len(ids) + r for r in b.readout]
+                mine += [len(ids) + r for r in b.readout]
                 ids += b.tokens
                 seg += [k] * len(b.tokens)
                 pos += range(p, p + len(b.tokens))     # every branch restarts after the prefix
-            r = grid.add(ids, seg, pos)
-            for c in reads:
-                grid.read(r, c)
+            reads.append(mine)
+            packing.add(ids, seg, pos)
+        grid, placed, _ = packing.grid(pad_id)      # short requests share rows
+        for (r, at), mine in zip(placed, reads):
+            for c in mine:
+                grid.read(r, at + c)
         return OneForward(grid.register(upload), block_causal=True)
 
 

@@ -15,6 +15,8 @@ which zeroes padded inputs so they leave the recurrent state alone.
 """
 import torch
 
+from .pass_inputs import GROUP_SEGMENTS
+
 # Layer types that read a 4D attention mask, and those that read 2D padding.
 ATTENTION_LAYERS = frozenset({"full_attention"})
 RECURRENT_LAYERS = frozenset({"linear_attention", "conv"})
@@ -50,16 +52,20 @@ def padded_causal_mask(padding: torch.Tensor, dtype: torch.dtype) -> torch.Tenso
 
 
 def _block_causal(seg: torch.Tensor) -> torch.Tensor:
-    """i sees j iff j <= i and j is prefix (0) or in i's own branch. Padding (-1) is a branch of its
-    own: a padded query sees padding before it and its diagonal, a real one never sees padding."""
+    """i sees j iff j <= i and j is in i's own segment or is its group's prefix (i's segment rounded
+    down to a multiple of GROUP_SEGMENTS: pass_inputs.Packing). Padding (-1) is a segment of its own
+    with no prefix: a padded query sees padding before it and its diagonal, a real one never sees
+    padding, nor another group."""
     key, query = seg[:, None, :], seg[:, :, None]
-    allowed = (key == query) | (key == 0)
+    prefix = query - torch.remainder(query, GROUP_SEGMENTS)    # -1 rounds down to -GROUP_SEGMENTS: no key
+    allowed = (key == query) | (key == prefix)
     allowed &= _causal(seg.shape[1], seg.device)
     return allowed
 
 
 def block_causal_mask(seg: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-    """Additive [B,1,L,L] mask over packed rows; seg marks prefix (0), branches (1..) and padding (-1)."""
+    """Additive [B,1,L,L] mask over packed rows; seg marks each group's prefix (j * GROUP_SEGMENTS),
+    its branches (j * GROUP_SEGMENTS + 1..) and padding (-1)."""
     return _additive(_block_causal(seg), dtype)
 
 

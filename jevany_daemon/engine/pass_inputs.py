@@ -12,6 +12,10 @@ from dataclasses import dataclass, field
 import torch
 
 PAD_SEGMENT = -1     # a padded position's segment: no query reads it as a key
+# A packed row may hold several groups (a prefix and its branches: segments 0, 1, 2...); the j-th
+# group of a row has its segments offset by j * GROUP_SEGMENTS, so a query finds its own group's
+# prefix by rounding its segment down (masks.py) and never sees another group.
+GROUP_SEGMENTS = 1 << 20
 
 
 class Upload:
@@ -76,6 +80,66 @@ class Grid:
         gather = [r * width + shift(r) + c for r, c in self.reads]
         return Sent(len(self.rows), width, upload.add(ids), upload.add(seg), upload.add(pos), upload.add(gather),
                     upload)
+
+
+@dataclass
+class _Group:
+    ids: list[int]
+    seg: list[int]
+    pos: list[int]
+    key: object           # groups share a row only with groups of the same key
+    leader: bool          # starts a row of its own, at column 0
+
+
+class Packing:
+    """Groups packed into the rows of one grid, first fit by decreasing length.
+
+    A group (a prefix, segment 0, then its branches, 1, 2...) shares a row
+    with others that fit beside it within the widest group's width, so a
+    batch of short and long prompts pays for less padding (on a device: fewer
+    tokens computed; on any host: smaller masks and uploads) and the grid is
+    never wider than one group. Only groups of one key share a row (those
+    continuing the same cached rows: a row has one cache ahead of it). A
+    leader opens a row and sits at its column 0, where a pass's cache can cut
+    out its keys in one span.
+    """
+
+    def __init__(self):
+        self.groups: list[_Group] = []
+
+    def add(self, ids: list[int], seg: list[int], pos: list[int], key=None, leader: bool = False) -> int:
+        self.groups.append(_Group(ids, seg, pos, key, leader))
+        return len(self.groups) - 1
+
+    def grid(self, pad_id: int) -> tuple["Grid", list[tuple[int, int]], list]:
+        """(the grid, (row, column) where each group starts, each row's key). The caller adds the reads,
+        in its readout's order, each at its group's start plus its column within the group."""
+        groups = self.groups
+        width = max(len(g.ids) for g in groups)
+        order = sorted(range(len(groups)), key=lambda i: (not groups[i].leader, -len(groups[i].ids)))
+        rows: list[list[int]] = []
+        free: list[int] = []
+        keys: list = []
+        for i in order:
+            g, size = groups[i], len(groups[i].ids)
+            r = None if g.leader else next((r for r in range(len(rows)) if free[r] >= size and keys[r] == g.key),
+                                           None)
+            if r is None:
+                rows.append([]), free.append(width), keys.append(g.key)
+                r = len(rows) - 1
+            rows[r].append(i)
+            free[r] -= size
+        grid, placed = Grid(pad_id), [(0, 0)] * len(groups)
+        for r, members in enumerate(rows):
+            ids, seg, pos = [], [], []
+            for j, i in enumerate(members):
+                g = groups[i]
+                placed[i] = (r, len(ids))
+                ids += g.ids
+                seg += g.seg if j == 0 else [s + j * GROUP_SEGMENTS for s in g.seg]
+                pos += g.pos
+            grid.add(ids, seg, pos)
+        return grid, placed, keys
 
 
 @dataclass

@@ -8,9 +8,10 @@ long enough to be worth it is kept.
 
 How a batch runs depends on the architecture:
 
-- PackedReuse (attention only, where packing is proven): one packed row per
-  distinct stem (its part not yet computed, then every branch of every
-  request on it) continuing from the cached rows under a block-causal mask.
+- PackedReuse (attention only, where packing is proven): one packed group
+  per distinct stem (its part not yet computed, then every branch of every
+  request on it) continuing from the cached rows under a block-causal mask;
+  short groups continuing the same cached rows share a row.
   A new state's keys are cut out of the pass's cache afterwards, so a miss
   costs one forward, as it would with no cache.
 - RowReuse (hybrid recurrent models): one row per question, continuing its
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from .cache_rows import Block, CacheKit, JoinPlan
 from .layouts import Backbone, Joined, Shape, padding_of
 from .masks import block_causal_mask, padded_causal_mask
-from .pass_inputs import Grid, Sent, Upload, gather_rows
+from .pass_inputs import Grid, Packing, Sent, Upload, gather_rows
 from .prefix_cache import PrefixCache
 from .prompts import Encoded
 
@@ -130,9 +131,10 @@ class PackedReuse(_Reuse):
 
     def prepare(self, encs: list[Encoded], pad_id: int, upload: Upload, backbone: Backbone) -> "_PackedJob":
         stems = list(self._stems(backbone, encs).values())
-        grid = Grid(pad_id)
-        reads: dict[int, list[tuple[int, int]]] = {}     # request -> [(row, column)...], question by question
-        for r, stem in enumerate(stems):
+        packing = Packing()
+        reads: dict[int, list[tuple[int, int]]] = {}     # request -> [(stem, column)...], question by question
+        keep = []
+        for g, stem in enumerate(stems):
             ids, seg = list(stem.new), [0] * len(stem.new)
             pos = list(range(stem.cached, len(stem.tokens)))
             k = 0
@@ -144,21 +146,29 @@ class PackedReuse(_Reuse):
                     ids += tail
                     seg += [k] * len(tail)
                     pos += range(len(stem.tokens), len(stem.tokens) + len(tail))
-                    reads[i] += [(r, start + p) for p in branch.readout]
-            grid.add(ids, seg, pos)
+                    reads[i] += [(g, start + p) for p in branch.readout]
+            kept = bool(stem.new) and self.memory.eligible(stem.tokens)
+            keep += [g] if kept else []
+            # Stems continuing the same cached rows may share a row; one to keep leads its own (column 0).
+            packing.add(ids, seg, pos, key=(id(stem.entry), stem.cached) if stem.cached else None, leader=kept)
+        grid, placed, _ = packing.grid(pad_id)
         for i in range(len(encs)):
-            for r, c in reads[i]:
-                grid.read(r, c)
+            for g, c in reads[i]:
+                r, at = placed[g]
+                grid.read(r, at + c)
         joined = None
         if any(stem.cached for stem in stems):
-            refs = [(stem.entry, 0, stem.cached) if stem.cached else None for stem in stems]
+            first = {}
+            for g, (r, _) in enumerate(placed):
+                first.setdefault(r, stems[g])      # every stem of a row continues the same rows
+            refs = [(s.entry, 0, s.cached) if s.cached else None for s in (first[r] for r in range(len(first)))]
             joined = Joined(JoinPlan(refs), upload)
-        keep = [r for r, stem in enumerate(stems) if stem.new and self.memory.eligible(stem.tokens)]
-        return _PackedJob(self, stems, grid.register(upload), joined, keep)
+        return _PackedJob(self, stems, grid.register(upload), joined, [(placed[g][0], g) for g in keep])
 
 
 class _PackedJob:
-    def __init__(self, reuse: PackedReuse, stems: list[_Stem], sent: Sent, joined: Joined | None, keep: list[int]):
+    def __init__(self, reuse: PackedReuse, stems: list[_Stem], sent: Sent, joined: Joined | None,
+                 keep: list[tuple[int, int]]):
         self.reuse, self.stems, self.sent, self.joined, self.keep = reuse, stems, sent, joined, keep
 
     def run(self, backbone: Backbone, dtype):
@@ -172,9 +182,10 @@ class _PackedJob:
         if keep:
             reuse.kit = reuse.kit or CacheKit(cache)
             cached = 0 if self.joined is None else self.joined.plan.width
-            for r in self.keep:
-                # A stem's keys: what was cached (the end of its left-padded span), then what this pass computed.
-                stem = self.stems[r]
+            for r, g in self.keep:
+                # A stem's keys, from column 0 of its row (it leads it): what was cached (the end of its
+                # left-padded span), then what this pass computed.
+                stem = self.stems[g]
                 reuse._keep(stem, reuse.kit.take(cache, r, cached - stem.cached, cached + len(stem.new)))
         return gather_rows(hidden, s.gather), s.padded_tokens
 

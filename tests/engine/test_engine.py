@@ -149,9 +149,12 @@ def test_a_failing_request_fails_alone(make_engine, monkeypatch):
     poison = list(admitted[4].encoded.prefix)
     real_backbone = engine._backbone
 
+    def holds_poison(row: list[int]) -> bool:
+        # packed layout: a request's state and questions lie together somewhere in a row
+        return any(row[i:i + len(poison)] == poison for i in range(len(row) - len(poison) + 1))
+
     def evil_backbone(**inputs):
-        # packed layout: each request is one row that starts with its state
-        if any(row[: len(poison)].tolist() == poison for row in inputs["input_ids"]):
+        if any(holds_poison(row) for row in inputs["input_ids"].tolist()):
             raise RuntimeError("injected fault")
         return real_backbone(**inputs)
 
