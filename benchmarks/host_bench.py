@@ -37,10 +37,15 @@ forwards there; every other case takes one. Every pass holds all 32
 (greedy policy, no padding cap), so the figures are per pass of 32; the
 default CPU settings would split them by width.
 
+It runs under the glibc malloc settings a worker gets (server/workers.py,
+MALLOC_DEFAULTS: set by running itself again) unless --glibc-malloc, or an
+operator's own MALLOC_* settings, are given.
+
 Writes benchmarks/results/host-budgets.json (--out) and prints the table with
 the issue's targets.
 """
 import argparse
+import os
 import random
 import statistics
 import sys
@@ -57,6 +62,7 @@ from jevany_daemon.engine.engine import Engine
 from jevany_daemon.engine.probe import Probe
 from jevany_daemon.model.loading import load_model
 from jevany_daemon.model.tiny import build_tiny_model
+from jevany_daemon.server.workers import MALLOC_DEFAULTS, malloc_settings
 
 HERE = Path(__file__).resolve().parent
 ARCHS = {"qwen3": 28, "qwen3_5": 24}     # arch -> layers of the deep shape
@@ -167,6 +173,8 @@ def main(argv=None) -> int:
     parser.add_argument("--shape", default="deep", choices=["deep", "micro"],
                         help="deep: the tiny width (the budgets' definition); micro: width 16, the same ops, faster")
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats (default 7, --quick 3)")
+    parser.add_argument("--glibc-malloc", action="store_true",
+                        help="glibc's own malloc thresholds, not a worker's (run as a script)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "host-budgets.json")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -188,10 +196,15 @@ def main(argv=None) -> int:
     for t in targets:
         print(f"  [{'PASS' if t['met'] else 'FAIL'}] {t['target']}: {t['value']} ({t['bound']})")
     result = {"machine": machine(torch=torch.__version__, threads=1),
+              "malloc": {k: os.environ.get(k) for k in MALLOC_DEFAULTS},
               "requests": args.requests, "repeats": repeats, "shape": args.shape, "results": results, "targets": targets}
     write_result(result, args.out)
     return 0 if all(t["met"] for t in targets) else 1
 
 
 if __name__ == "__main__":
+    worker_malloc = malloc_settings(os.environ)
+    if worker_malloc and "--glibc-malloc" not in sys.argv:
+        # glibc reads its settings as a process starts: measure what a worker runs, in a process like one
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **worker_malloc})
     sys.exit(main())

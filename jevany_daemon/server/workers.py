@@ -159,11 +159,30 @@ def worker_launch(identity: str, backend: str, settings: dict, env=os.environ) -
     # (benchmarks/omp_wait.py). Passive waiting costs nothing measurable when the cores are free.
     # An operator's own setting wins.
     worker_env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    worker_env.update(malloc_settings(worker_env))
     if view.cuda_visible is not None:
         worker_env["CUDA_VISIBLE_DEVICES"] = view.cuda_visible
     argv = [sys.executable, "-m", "jevany_daemon.server.worker", "--backend", backend, "--identity", identity,
             "--parent", str(os.getpid())]
     return argv, worker_env, {**settings, "device": view.device}
+
+
+# glibc hands a freed block over its mmap threshold (128 KiB, raised as such blocks are freed) back to
+# the OS at once, and trims the heap's free top past 128 KiB: a pass's masks, inputs and activations
+# (MBs each) were mapped and zero-filled again every pass, 4,900 page faults and 10 ms of kernel time
+# a pass of 32 short requests on the tiny Qwen3 (benchmarks/malloc_tuning.py). With blocks up to
+# 32 MiB (glibc's largest threshold) kept in the heap and its top kept up to 1 GiB, a worker reuses
+# the memory of its last passes, as torch's caching allocator does on a GPU; it keeps the memory of
+# its biggest pass instead of returning it. Both are needed: setting either alone fixes the other's
+# default, which made it worse. glibc reads them as it starts; other C libraries ignore them.
+MALLOC_DEFAULTS = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHOLD_": str(1 << 30)}
+
+
+def malloc_settings(env) -> dict:
+    """MALLOC_DEFAULTS, unless the operator tunes glibc's malloc already: their setting wins."""
+    if any(k.startswith("MALLOC_") for k in env) or "glibc.malloc." in env.get("GLIBC_TUNABLES", ""):
+        return {}
+    return dict(MALLOC_DEFAULTS)
 
 
 def _pidfd(pid: int) -> int | None:

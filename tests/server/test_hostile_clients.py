@@ -22,6 +22,7 @@ import zmq
 
 from jevany_client import JevClient
 from jevany_client.protocol import MAX_CONTAINERS
+from jevany_daemon.server.workers import MALLOC_DEFAULTS
 
 from .daemons import wait_for
 from .http_proc import free_port
@@ -247,6 +248,9 @@ def test_the_redirect_names_no_host_docs_are_off_and_the_command_line_names_no_s
     for pid in (status["http"]["pid"], status["media"]["checker_pid"], *workers):
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         assert str(daemon.token_file).encode() not in cmdline and b"media_root" not in cmdline
+    # (and what workers.py puts in a worker's environment is really there: glibc reads it as it starts)
+    environ = Path(f"/proc/{workers[0]}/environ").read_bytes().split(b"\0")
+    assert {f"{k}={v}".encode() for k, v in MALLOC_DEFAULTS.items()} <= set(environ)
 
 
 # --- item 14: log floods ------------------------------------------------------------------------------

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from jevany_daemon.server import channel, workers
-from jevany_daemon.server.workers import BUSY, IDLE, STARTING, STOPPING, WorkerHandle, worker_launch
+from jevany_daemon.server.workers import BUSY, IDLE, MALLOC_DEFAULTS, STARTING, STOPPING, WorkerHandle, worker_launch
 
 
 def handle(state=IDLE, ready=True, returncode=None, **kw) -> WorkerHandle:
@@ -64,7 +64,8 @@ def test_a_gpu_worker_is_shown_only_its_gpu_and_calls_it_cuda_0():
     env = {"CUDA_VISIBLE_DEVICES": "2,3", "NOTIFY_SOCKET": "/run/systemd/notify", "HOME": "/home/j"}
     argv, worker_env, handed = worker_launch("w0.1", "ipc:///tmp/b", settings, env)
     # systemd's variables stay ours; OpenMP waits passively (workers.py says why)
-    assert worker_env == {"CUDA_VISIBLE_DEVICES": "3", "HOME": "/home/j", "OMP_WAIT_POLICY": "PASSIVE"}
+    assert worker_env == {"CUDA_VISIBLE_DEVICES": "3", "HOME": "/home/j", "OMP_WAIT_POLICY": "PASSIVE",
+                          **MALLOC_DEFAULTS}
     assert handed == {**settings, "device": "cuda:0"}
     assert argv[argv.index("--identity") + 1] == "w0.1" and argv[argv.index("--backend") + 1] == "ipc:///tmp/b"
 
@@ -84,6 +85,17 @@ def test_a_workers_openmp_threads_wait_passively_unless_the_operator_says_otherw
     assert worker_env["OMP_WAIT_POLICY"] == "PASSIVE"
     _, worker_env, _ = worker_launch("w0.1", "ipc:///tmp/b", {"device": "cpu"}, {"OMP_WAIT_POLICY": "ACTIVE"})
     assert worker_env["OMP_WAIT_POLICY"] == "ACTIVE"
+
+
+def test_a_worker_keeps_its_passes_memory_unless_the_operator_tunes_malloc():
+    _, worker_env, _ = worker_launch("w0.1", "ipc:///tmp/b", {"device": "cpu"}, {})
+    assert {k: worker_env[k] for k in MALLOC_DEFAULTS} == {"MALLOC_MMAP_THRESHOLD_": "33554432",
+                                                          "MALLOC_TRIM_THRESHOLD_": "1073741824"}
+    for theirs in ({"MALLOC_ARENA_MAX": "2"}, {"GLIBC_TUNABLES": "glibc.malloc.trim_threshold=0"}):
+        _, worker_env, _ = worker_launch("w0.1", "ipc:///tmp/b", {"device": "cpu"}, theirs)
+        assert not set(MALLOC_DEFAULTS) & set(worker_env) and set(theirs) <= set(worker_env)
+    _, worker_env, _ = worker_launch("w0.1", "ipc:///tmp/b", {"device": "cpu"}, {"GLIBC_TUNABLES": "glibc.rtld.x=1"})
+    assert set(MALLOC_DEFAULTS) <= set(worker_env)
 
 
 def test_a_cpu_worker_sees_no_gpu():
