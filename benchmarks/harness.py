@@ -47,6 +47,19 @@ def machine(**extra) -> dict:
             "load_average": [round(x, 2) for x in os.getloadavg()], **extra}
 
 
+def like_a_worker() -> dict:
+    """Run this script again under the glibc malloc settings a worker gets (server/workers.py), unless
+    --glibc-malloc is on its command line or an operator tunes malloc already: glibc reads them as a
+    process starts, and what a script measures in its own process stands for a worker. → the settings
+    in effect, for the result."""
+    from jevany_daemon.server.workers import MALLOC_DEFAULTS, malloc_settings
+
+    extra = malloc_settings(os.environ)
+    if extra and "--glibc-malloc" not in sys.argv:
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **extra})
+    return {k: os.environ.get(k) for k in MALLOC_DEFAULTS}
+
+
 def write_result(result: dict, path: Path) -> None:
     """The result as JSON at path (its directory made if missing), and a line saying where."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -38,14 +38,13 @@ forwards there; every other case takes one. Every pass holds all 32
 default CPU settings would split them by width.
 
 It runs under the glibc malloc settings a worker gets (server/workers.py,
-MALLOC_DEFAULTS: set by running itself again) unless --glibc-malloc, or an
-operator's own MALLOC_* settings, are given.
+MALLOC_DEFAULTS: it runs itself again with them) unless --glibc-malloc, or
+an operator's own MALLOC_* settings, are given.
 
 Writes benchmarks/results/host-budgets.json (--out) and prints the table with
 the issue's targets.
 """
 import argparse
-import os
 import random
 import statistics
 import sys
@@ -55,14 +54,13 @@ from pathlib import Path
 
 import torch
 
-from harness import machine, write_result
+from harness import like_a_worker, machine, write_result
 from jevany_daemon import workloads
 from jevany_daemon.config import EngineConfig
 from jevany_daemon.engine.engine import Engine
 from jevany_daemon.engine.probe import Probe
 from jevany_daemon.model.loading import load_model
 from jevany_daemon.model.tiny import build_tiny_model
-from jevany_daemon.server.workers import MALLOC_DEFAULTS, malloc_settings
 
 HERE = Path(__file__).resolve().parent
 ARCHS = {"qwen3": 28, "qwen3_5": 24}     # arch -> layers of the deep shape
@@ -163,7 +161,7 @@ def judge(results: dict) -> list[dict]:
     return rows
 
 
-def main(argv=None) -> int:
+def main(argv=None, malloc: dict | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="3 timed repeats instead of 7")
     parser.add_argument("--requests", type=int, default=32)
@@ -196,15 +194,11 @@ def main(argv=None) -> int:
     for t in targets:
         print(f"  [{'PASS' if t['met'] else 'FAIL'}] {t['target']}: {t['value']} ({t['bound']})")
     result = {"machine": machine(torch=torch.__version__, threads=1),
-              "malloc": {k: os.environ.get(k) for k in MALLOC_DEFAULTS},
+              "malloc": malloc,
               "requests": args.requests, "repeats": repeats, "shape": args.shape, "results": results, "targets": targets}
     write_result(result, args.out)
     return 0 if all(t["met"] for t in targets) else 1
 
 
 if __name__ == "__main__":
-    worker_malloc = malloc_settings(os.environ)
-    if worker_malloc and "--glibc-malloc" not in sys.argv:
-        # glibc reads its settings as a process starts: measure what a worker runs, in a process like one
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **worker_malloc})
-    sys.exit(main())
+    sys.exit(main(malloc=like_a_worker()))

@@ -18,6 +18,10 @@ Reported per round: the daemon's throughput over the ideal, its mean
 requests per pass and how long a pass took the daemon; then the median
 round. Targets: >= 0.8 of the ideal, >= 24 requests a pass.
 
+The in-process dispatch is measured under the glibc malloc settings the
+daemon's worker gets (the script runs itself again with them; --glibc-malloc:
+glibc's own), so the ideal and the daemon run alike.
+
 Writes benchmarks/results/sim-accelerator.json (--out).
 """
 import argparse
@@ -30,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from harness import HERE, ClientPool, Daemon, machine, write_result
+from harness import HERE, ClientPool, Daemon, like_a_worker, machine, write_result
 from jevany_daemon import workloads
 from jevany_daemon.config import EngineConfig
 from jevany_daemon.engine.engine import Engine
@@ -71,7 +75,7 @@ class InProcess:
         return statistics.median(times)
 
 
-def main(argv=None) -> int:
+def main(argv=None, malloc: dict | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--pass-ms", type=float, default=15.0)
     parser.add_argument("--clients", type=int, default=32)
@@ -80,6 +84,8 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="512 requests a round, 2 rounds")
     parser.add_argument("--serve-arg", action="append", default=[], dest="serve_args",
                         help="one more `jevany-daemon serve` argument (repeatable), e.g. --batch-policy=greedy")
+    parser.add_argument("--glibc-malloc", action="store_true",
+                        help="the in-process ideal under glibc's own malloc thresholds (the worker keeps its own)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "sim-accelerator.json")
     args = parser.parse_args(argv)
     if args.quick:
@@ -132,7 +138,7 @@ def main(argv=None) -> int:
     result = {"machine": machine(torch=torch.__version__),
               "settings": {"pass_ms": args.pass_ms, "clients": args.clients, "requests_per_round": args.requests,
                            "model": "qwen3 micro (28 layers, hidden 16), attention free", "readout": "choice",
-                           "serve_args": list(extra)},
+                           "serve_args": list(extra), "malloc": malloc},
               "rounds": rounds, "median": median,
               "gather": status.get("batching", {}).get("gather"), "targets": targets,
               "when": time.strftime("%Y-%m-%d %H:%M:%S")}
@@ -141,4 +147,4 @@ def main(argv=None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(malloc=like_a_worker()))
