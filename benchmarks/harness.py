@@ -47,16 +47,21 @@ def machine(**extra) -> dict:
             "load_average": [round(x, 2) for x in os.getloadavg()], **extra}
 
 
-def like_a_worker() -> dict:
+def like_a_worker() -> None:
     """Run this script again under the glibc malloc settings a worker gets (server/workers.py), unless
     --glibc-malloc is on its command line or an operator tunes malloc already: glibc reads them as a
-    process starts, and what a script measures in its own process stands for a worker. → the settings
-    in effect, for the result."""
-    from jevany_daemon.server.workers import MALLOC_DEFAULTS, malloc_settings
+    process starts, and what a script measures in its own process stands for a worker."""
+    from jevany_daemon.server.workers import malloc_settings
 
     extra = malloc_settings(os.environ)
     if extra and "--glibc-malloc" not in sys.argv:
-        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, **extra})
+        os.execve(sys.executable, sys.orig_argv, {**os.environ, **extra})    # the interpreter's flags kept
+
+
+def malloc_in_effect() -> dict:
+    """The worker's malloc variables as this process has them (None: glibc's default), for a result."""
+    from jevany_daemon.server.workers import MALLOC_DEFAULTS
+
     return {k: os.environ.get(k) for k in MALLOC_DEFAULTS}
 
 

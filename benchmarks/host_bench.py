@@ -54,7 +54,7 @@ from pathlib import Path
 
 import torch
 
-from harness import like_a_worker, machine, write_result
+from harness import like_a_worker, machine, malloc_in_effect, write_result
 from jevany_daemon import workloads
 from jevany_daemon.config import EngineConfig
 from jevany_daemon.engine.engine import Engine
@@ -161,8 +161,9 @@ def judge(results: dict) -> list[dict]:
     return rows
 
 
-def main(argv=None, malloc: dict | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv=None) -> int:
+    # no abbreviations: like_a_worker reads --glibc-malloc from the command line whole
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--quick", action="store_true", help="3 timed repeats instead of 7")
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--archs", nargs="+", default=list(ARCHS), choices=list(ARCHS))
@@ -194,11 +195,12 @@ def main(argv=None, malloc: dict | None = None) -> int:
     for t in targets:
         print(f"  [{'PASS' if t['met'] else 'FAIL'}] {t['target']}: {t['value']} ({t['bound']})")
     result = {"machine": machine(torch=torch.__version__, threads=1),
-              "malloc": malloc,
+              "malloc": malloc_in_effect(),
               "requests": args.requests, "repeats": repeats, "shape": args.shape, "results": results, "targets": targets}
     write_result(result, args.out)
     return 0 if all(t["met"] for t in targets) else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main(malloc=like_a_worker()))
+    like_a_worker()
+    sys.exit(main())

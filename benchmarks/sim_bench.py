@@ -34,7 +34,7 @@ from pathlib import Path
 
 import torch
 
-from harness import HERE, ClientPool, Daemon, like_a_worker, machine, write_result
+from harness import HERE, ClientPool, Daemon, like_a_worker, machine, malloc_in_effect, write_result
 from jevany_daemon import workloads
 from jevany_daemon.config import EngineConfig
 from jevany_daemon.engine.engine import Engine
@@ -75,8 +75,9 @@ class InProcess:
         return statistics.median(times)
 
 
-def main(argv=None, malloc: dict | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def main(argv=None) -> int:
+    # no abbreviations: like_a_worker reads --glibc-malloc from the command line whole
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--pass-ms", type=float, default=15.0)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--requests", type=int, default=1536, help="per round")
@@ -138,7 +139,7 @@ def main(argv=None, malloc: dict | None = None) -> int:
     result = {"machine": machine(torch=torch.__version__),
               "settings": {"pass_ms": args.pass_ms, "clients": args.clients, "requests_per_round": args.requests,
                            "model": "qwen3 micro (28 layers, hidden 16), attention free", "readout": "choice",
-                           "serve_args": list(extra), "malloc": malloc},
+                           "serve_args": list(extra), "malloc": malloc_in_effect()},
               "rounds": rounds, "median": median,
               "gather": status.get("batching", {}).get("gather"), "targets": targets,
               "when": time.strftime("%Y-%m-%d %H:%M:%S")}
@@ -147,4 +148,5 @@ def main(argv=None, malloc: dict | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main(malloc=like_a_worker()))
+    like_a_worker()
+    sys.exit(main())

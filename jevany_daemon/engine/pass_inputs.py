@@ -40,7 +40,8 @@ class Upload:
 
 @dataclass
 class Grid:
-    """The rows of one forward: ids, segments (0 shared, k a branch, -1 padding) and positions.
+    """The rows of one forward: ids, segments (0 shared, k a branch, -1 padding; offset by
+    GROUP_SEGMENTS per group in a packed row) and positions.
 
     Rows are padded to the widest, after their tokens (right) or before
     them (left: a row's last token sits at the end, where a recurrent state

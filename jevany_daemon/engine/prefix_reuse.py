@@ -122,7 +122,8 @@ class _Reuse:
 
 
 class PackedReuse(_Reuse):
-    """Attention only: one packed row per distinct stem, continuing what the cache holds of it."""
+    """Attention only: one packed group per distinct stem, continuing what the cache holds of it; groups
+    that continue the same cached rows share rows where they fit (pass_inputs.Packing)."""
 
     def cost(self, enc: Encoded) -> tuple[Shape, int]:
         """(shape, real tokens) from one lookup in the cache."""

@@ -169,8 +169,8 @@ def worker_launch(identity: str, backend: str, settings: dict, env=os.environ) -
 
 # glibc hands a freed block over its mmap threshold (128 KiB, raised as such blocks are freed) back to
 # the OS at once, and trims the heap's free top past 128 KiB: a pass's masks, inputs and activations
-# (MBs each) were mapped and zero-filled again every pass, 4,900 page faults and 10 ms of kernel time
-# a pass of 32 short requests on the tiny Qwen3 (benchmarks/malloc_tuning.py). With blocks up to
+# (MBs each) were mapped and zero-filled again every pass: 18,865 page faults and 44 ms in the kernel
+# per hand-over of 32 short requests on the tiny Qwen3 (benchmarks/malloc_tuning.py). With blocks up to
 # 32 MiB (glibc's largest threshold) kept in the heap and its top kept up to 1 GiB, a worker reuses
 # the memory of its last passes, as torch's caching allocator does on a GPU; it keeps the memory of
 # its biggest pass instead of returning it. Both are needed: setting either alone fixes the other's
