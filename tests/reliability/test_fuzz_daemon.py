@@ -11,7 +11,7 @@ import itertools
 from collections import Counter
 
 import pytest
-from hypothesis import given, strategies as st
+from hypothesis import example, given, strategies as st
 
 from jevany_client.errors import ERROR_CLASSES, JevanyError
 from jevany_daemon import workloads
@@ -100,8 +100,12 @@ def test_every_payload_gets_one_typed_reply_or_is_refused_at_the_socket(daemon, 
         sock.send(payload)
         refused.append(sock)
 
+    # The refusals past the decoder, always among the examples: generated ones vary between runs of
+    # the whole suite (one CI run drew no control op and no other version among its 100).
     @s.fuzz_settings(100)
     @given(within_limit)
+    @example(pack({"v": 2, "id": "v2", "op": "ping"}))
+    @example(pack({"v": 1, "id": "ctl", "op": "drain"}))
     def one_within(payload):
         counts["within"] += 1
         line.send(payload)
