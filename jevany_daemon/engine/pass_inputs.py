@@ -126,8 +126,10 @@ class Packing:
             r = None if g.leader else next((r for r in range(len(rows)) if free[r] >= size and keys[r] == g.key),
                                            None)
             if r is None:
-                rows.append([]), free.append(width), keys.append(g.key)
-                r = len(rows) - 1
+                r = len(rows)
+                rows.append([])
+                free.append(width)
+                keys.append(g.key)
             rows[r].append(i)
             free[r] -= size
         grid, placed = Grid(pad_id), [(0, 0)] * len(groups)
