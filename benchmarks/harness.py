@@ -47,6 +47,22 @@ def machine(**extra) -> dict:
             "load_average": [round(x, 2) for x in os.getloadavg()], **extra}
 
 
+def project_env(env: dict) -> dict:
+    """env for a child process that imports this checkout (and its client) before anything installed."""
+    # empty parts left out: an empty entry would put the working directory on the path
+    parts = [str(HERE.parent), str(HERE.parent / "client"), env.get("PYTHONPATH", "")]
+    return {**env, "PYTHONPATH": os.pathsep.join(p for p in parts if p)}
+
+
+def alternating(settings: list[str], rounds: int, measure) -> dict[str, list]:
+    """measure(setting) for each setting in turn, rounds times: the machine's drift falls on all alike."""
+    out: dict[str, list] = {setting: [] for setting in settings}
+    for _ in range(rounds):
+        for setting in settings:
+            out[setting].append(measure(setting))
+    return out
+
+
 def like_a_worker() -> None:
     """Run this script again under the glibc malloc settings a worker gets (server/workers.py), unless
     --glibc-malloc is on its command line or an operator tunes malloc already: glibc reads them as a

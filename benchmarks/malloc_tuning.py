@@ -26,7 +26,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness import machine, write_result
+from harness import alternating, machine, project_env, write_result
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -67,9 +67,7 @@ def measure(setting: str, passes: int) -> dict:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_") and k != "GLIBC_TUNABLES"}
     if setting == "worker":
         env.update(malloc_settings(env))
-    # empty parts left out: an empty entry would put the working directory on the path
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT), str(ROOT / "client"), env.get("PYTHONPATH", "")] if p)
-    done = subprocess.run([sys.executable, "-c", CHILD, str(passes)], env=env, text=True, capture_output=True,
+    done = subprocess.run([sys.executable, "-c", CHILD, str(passes)], env=project_env(env), text=True, capture_output=True,
                           check=True, timeout=900)
     return json.loads(done.stdout.strip().splitlines()[-1])
 
@@ -88,10 +86,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "malloc-tuning.json")
     args = parser.parse_args()
-    runs = {"glibc": [], "worker": []}
-    for _ in range(args.rounds):
-        for setting in runs:
-            runs[setting].append(measure(setting, args.passes))
+    runs = alternating(["glibc", "worker"], args.rounds, lambda setting: measure(setting, args.passes))
     results = {setting: summary(r) for setting, r in runs.items()}
     ratio = {k: round(results["glibc"][k] / results["worker"][k], 2) for k in ("wall_p50_ms", "cpu_p50_ms")}
     report = {"machine": machine(), "torch_threads": 1, "requests": 32, "worker_settings": MALLOC_DEFAULTS,

@@ -23,10 +23,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from harness import machine, write_result
+from harness import alternating, machine, project_env, write_result
 
 HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent
 
 # One measurement, in a process of its own (OMP_WAIT_POLICY is read once, as torch loads).
 CHILD = r"""
@@ -62,9 +61,7 @@ def measure(policy: str, busy: int, passes: int) -> list[list[float]]:
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     if policy != "default":
         env["OMP_WAIT_POLICY"] = policy
-    # empty parts left out: an empty entry would put the working directory on the path
-    env["PYTHONPATH"] = os.pathsep.join(p for p in [str(ROOT), str(ROOT / "client"), env.get("PYTHONPATH", "")] if p)
-    child = subprocess.Popen([sys.executable, "-c", CHILD, str(passes)], env=env, text=True,
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(passes)], env=project_env(env), text=True,
                              stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     hogs = []
     try:
@@ -94,11 +91,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--out", type=Path, default=HERE / "results" / "omp-wait.json")
     args = parser.parse_args()
-    samples = {"default": [], "PASSIVE": []}
-    for _ in range(args.rounds):
-        for policy in samples:
-            samples[policy] += measure(policy, args.busy, args.passes)
-    results = {policy: summary(s) for policy, s in samples.items()}
+    rounds = alternating(["default", "PASSIVE"], args.rounds, lambda policy: measure(policy, args.busy, args.passes))
+    results = {policy: summary([s for r in runs for s in r]) for policy, runs in rounds.items()}
     ratio = {k: round(results["default"][k] / results["PASSIVE"][k], 2) for k in ("wall_p50_ms", "cpu_p50_ms")}
     report = {"machine": machine(), "busy": args.busy, "torch_threads": 2, "results": results, "default_over_passive": ratio}
     for policy, r in results.items():
