@@ -28,14 +28,14 @@ with the default prefix cache, one torch thread, this measures per pass of
 Cases: `short` (the bench's short workload: 20-40 token states, 1-2
 questions: 32 misses the cache does not keep); `misses`: 16 requests about 4
 fresh ~340-token states (the default cache keeps 4), each state kept (16,
-not 32: a pass's cost is estimated request by request, and 32 would not fit
-the default 8192 padded tokens); `hits`: the same 16 again, each continuing
-its kept state. On a hybrid model a
-state to be kept runs in a stem pass of its own (its recurrent state exists
-only at the end of what a forward computed), so kept misses take two
-forwards there; every other case takes one. Every pass holds all 32
-(greedy policy, no padding cap), so the figures are per pass of 32; the
-default CPU settings would split them by width.
+not 32: on a hybrid model a stem pass is costed once per request on it, and
+32 would not fit the default 8192 padded tokens); `hits`: the same 16 again,
+each continuing its kept state. On a hybrid model a state to be kept runs in
+a stem pass of its own (its recurrent state exists only at the end of what a
+forward computed), so kept misses take two forwards there; every other case
+takes one. Every pass holds all of its case's requests (greedy policy, no
+padding cap), so the figures are per pass; the default CPU settings would
+split them by width.
 
 It runs under the glibc malloc settings a worker gets (server/workers.py,
 MALLOC_DEFAULTS: it runs itself again with them) unless --glibc-malloc, or
@@ -72,7 +72,7 @@ def bodies(case: str, n: int) -> list[dict]:
         return workloads.short(n, seed=7)
     # kept misses and hits: 4 states (the default --prefix-cache keeps 4), each long enough to be
     # kept with the prompt's head (--prefix-min-tokens 384), each asked about by n/8 requests: a
-    # pass's cost is estimated request by request, so n would not fit --max-packed-tokens 8192
+    # hybrid model's stem pass is costed once per request on it, so n would not fit --max-packed-tokens 8192
     rng = random.Random(11)
     states = [workloads.request(rng, workloads._words_for(340), 1, structured=False)["state"] for _ in range(4)]
     questions = [workloads.request(rng, 1, 1)["questions"] for _ in range(n // 2)]

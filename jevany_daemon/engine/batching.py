@@ -8,7 +8,7 @@ models; it sees each request only as its shape under the active layout.
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from jevany_client.errors import InternalError
 
@@ -25,6 +25,8 @@ class Pending:
     alone: bool = False   # must run in a batch of its own
     prefix: int = 0       # a shared prefix run in a pass of its own (shared layout), one row per request
     group: str = ""       # requests share a pass only within one group (the layout that runs them)
+    stem: Any = None      # requests on one stem in a pass make one packed row, as wide as all of them
+    shared: int = 0       # of width: the stem's tokens, which that row holds once
     outcome: Any = None   # the result, or the JevanyError the request ended with
     done: bool = False
 
@@ -47,24 +49,21 @@ def take_batch(queue: deque, limits: BatchLimits) -> list[Pending]:
     batch = [head]
     if head.alone or limits.max_size == 1 or not queue:
         return batch
-    real = head.real
-    # padded_cost(batch), kept as running sums and maxima: each candidate is judged in O(1)
-    rows, width, prefix = head.rows, head.width, head.prefix
+    cost = _Cost(head)       # padded_cost(batch), kept as running sums: each candidate is judged in O(1)
     window = [p for _, p in zip(range(SCAN_LIMIT), queue) if not p.alone and p.group == head.group]
     window.sort(key=lambda p: abs(p.width - head.width))   # stable: arrival order breaks ties
     for p in window:
         if len(batch) == limits.max_size:
             break
-        joined = (rows + p.rows, max(width, p.width), max(prefix, p.prefix))
-        cost = _padded(*joined, len(batch) + 1)
-        if cost > limits.max_padded_tokens:
+        sums = cost.trial(p)
+        padded = sums.padded(cost.requests + 1)
+        if padded > limits.max_padded_tokens:
             continue
-        waste, before = 1 - (real + p.real) / cost, 1 - real / _padded(rows, width, prefix, len(batch))
+        waste, before = 1 - sums.real / padded, 1 - cost.sums.real / cost.padded
         if waste > limits.max_padding_waste and waste > before:
             continue
         batch.append(p)
-        real += p.real
-        rows, width, prefix = joined
+        cost.add(p, sums)
     taken = set(map(id, batch))
     remaining = [p for p in queue if id(p) not in taken]
     queue.clear()
@@ -72,17 +71,65 @@ def take_batch(queue: deque, limits: BatchLimits) -> list[Pending]:
     return batch
 
 
+class _Sums(NamedTuple):
+    rows: int
+    width: int          # the widest row
+    prefix: int         # the longest prefix
+    real: int
+    grown: int = 0      # the width of the last request's stem row, with it
+
+    def padded(self, requests: int) -> int:
+        return self.rows * self.width + requests * self.prefix
+
+
+class _Cost:
+    """A batch's padded tokens, as running sums: every row padded to the widest, every prefix (one
+    row per request) to the longest.
+
+    Requests on one stem (Pending.stem) run as one packed row holding the
+    stem once and every one of their questions, so a request joining its
+    stem's row adds its questions to that row's width, not a row of its own:
+    counted by request, 31 requests on one stem with 200-token questions
+    would look like 31 rows of 200 tokens, where the pass has one of 6,200.
+    """
+
+    def __init__(self, first: Pending):
+        self.sums, self.requests = _Sums(0, 0, 0, 0), 0
+        self.stems: dict = {}       # stem -> the width of its row so far
+        self.add(first)
+
+    @property
+    def padded(self) -> int:
+        return self.sums.padded(self.requests)
+
+    def trial(self, p: Pending) -> _Sums:
+        """The sums were p to join; nothing changes yet."""
+        s = self.sums
+        row = self.stems.get(p.stem) if p.stem is not None else None
+        if row is None:
+            rows, real, grown = s.rows + p.rows, s.real + p.real, p.width
+        else:
+            # its stem's row, which already holds the stem: one row fewer, the stem's tokens not again
+            rows, real, grown = s.rows + p.rows - 1, s.real + p.real - p.shared, row + p.width - p.shared
+        return _Sums(rows, max(s.width, p.width, grown), max(s.prefix, p.prefix), real, grown)
+
+    def add(self, p: Pending, sums: _Sums | None = None) -> None:
+        self.sums = sums or self.trial(p)
+        self.requests += 1
+        if p.stem is not None:
+            self.stems[p.stem] = self.sums.grown
+
+
 Take = Callable[[deque], list[Pending]]
 Run = Callable[[list[Pending]], None]
 
 
 def padded_cost(batch: list[Pending]) -> int:
-    """Tokens the batch's passes allocate: every row padded to the widest, every prefix to the longest."""
-    return _padded(sum(p.rows for p in batch), max(p.width for p in batch), max(p.prefix for p in batch), len(batch))
-
-
-def _padded(rows: int, width: int, prefix: int, requests: int) -> int:
-    return rows * width + requests * prefix
+    """Tokens the batch's passes allocate (_Cost)."""
+    cost = _Cost(batch[0])
+    for p in batch[1:]:
+        cost.add(p)
+    return cost.padded
 
 
 def drain(queue: deque, take: Take, run: Run) -> None:

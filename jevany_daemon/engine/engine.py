@@ -120,8 +120,8 @@ class Engine:
     def pending(self, admitted: Admitted) -> Pending:
         layout = self.layout_for(admitted)
         shape, real = self.cost(admitted)
-        return Pending(admitted, shape.rows, shape.width, real,
-                       alone=bool(admitted.request.media), prefix=shape.prefix, group=layout.name)
+        return Pending(admitted, shape.rows, shape.width, real, alone=bool(admitted.request.media),
+                       prefix=shape.prefix, group=layout.name, stem=shape.stem, shared=shape.shared)
 
     def cost(self, admitted: Admitted) -> tuple[Shape, int]:
         """(shape in a batch, real tokens) of a request, both passes counted when it blends.

@@ -56,6 +56,8 @@ class Shape(NamedTuple):
     rows: int          # rows the request occupies in a branch pass
     width: int         # its longest row
     prefix: int = 0    # its prefix, when that runs in a pass of its own
+    stem: object = None    # requests on one stem share one row of the pass (batching.Pending.stem)
+    shared: int = 0        # of width, the stem's tokens that row holds once
 
 
 def padding_of(seg: torch.Tensor) -> torch.Tensor:

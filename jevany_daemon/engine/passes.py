@@ -78,7 +78,13 @@ class Passes:
                       if native_plan is not None else None)
         # What the pass computes, once prepared: preparing may have pinned the prompt's head.
         costs = [engine.cost(a) for a in batch]
-        launched.real, launched.width = sum(r for _, r in costs), max(shape.width for shape, _ in costs)
+        launched.real, computed = 0, set()
+        for shape, real in costs:
+            if shape.stem is not None and shape.stem in computed:
+                real -= shape.shared        # its stem is computed once, in the row it shares (batching._Cost)
+            computed.add(shape.stem)
+            launched.real += real
+        launched.width = max(shape.width for shape, _ in costs)
         upload.send(stream)      # every input of the pass, in one copy, before its first kernel
         if media:
             with engine.admission.tokenizer_lock:

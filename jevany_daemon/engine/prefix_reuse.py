@@ -126,9 +126,11 @@ class PackedReuse(_Reuse):
     that continue the same cached rows share rows where they fit (pass_inputs.Packing)."""
 
     def cost(self, enc: Encoded) -> tuple[Shape, int]:
-        """(shape, real tokens) from one lookup in the cache."""
-        real = len(enc.stem) - self.memory.peek(enc.stem, enc.tenant) + sum(self._tail_lengths(enc))
-        return Shape(1, real), real
+        """(shape, real tokens) from one lookup in the cache. Requests on one stem make one group in a
+        pass (prepare), so their shapes name the stem and what of it the group computes once."""
+        new = len(enc.stem) - self.memory.peek(enc.stem, enc.tenant)
+        real = new + sum(self._tail_lengths(enc))
+        return Shape(1, real, stem=(enc.tenant, enc.stem), shared=new), real
 
     def prepare(self, encs: list[Encoded], pad_id: int, upload: Upload, backbone: Backbone) -> "_PackedJob":
         stems = list(self._stems(backbone, encs).values())

@@ -145,3 +145,38 @@ def test_a_state_to_keep_leads_its_row_so_its_keys_are_cut_whole(loaded_model):
         report = compare(expected, engine.score(engine.admit_many(bodies)))
         assert report["max_abs_diff"] <= 1e-5 and not report["decisions_changed"], (round_, report)
     assert seen_rows[1] == 2 and engine.memory.hits == 2      # three groups in two rows; both kept states read back
+
+
+def test_requests_continuing_one_kept_state_never_overrun_the_packed_token_bound(loaded_model):
+    """Requests on one state pack into one row holding the state once and every question on it, and
+    other requests' rows are padded to that width: batches are chosen on that cost, so no pass
+    allocates more than --max-packed-tokens (one of 9 hits allocated 3,066 of 1,500 while requests
+    were costed alone), and a pass's real tokens count the shared state once."""
+    model = loaded_model("qwen3", "choice")
+    rng = random.Random(2)
+    state = workloads.request(rng, workloads._words_for(40), 1, structured=False)["state"]
+    on_state = [{"state": state, "questions": workloads.request(rng, 1, 1, instr_words=40)["questions"]}
+                for _ in range(10)]
+    others = workloads.short(3, seed=4)
+    bodies = others[:1] + on_state + others[1:]
+    rows = Engine(model, EngineConfig(layout="rows", prefix_cache=0))
+    expected = [rows.score([rows.admit(b)])[0] for b in bodies]
+    limit = 1500
+    engine = Engine(model, EngineConfig(prefix_cache=8, prefix_min_tokens=50, batch_policy="greedy",
+                                        max_padding_waste=1.0, max_batch_size=32, max_packed_tokens=limit))
+    engine.score(engine.admit_many(workloads.short(1, seed=9)))     # pins the prompt's head
+    for round_ in ("misses", "hits"):               # the misses keep the state
+        hits, before = engine.memory.hits, engine.stats.real_tokens
+        admitted = engine.admit_many(bodies)
+        stems = {a.encoded.stem for a in admitted}
+        # what the passes compute: each distinct stem's uncached part once, then every question
+        computed = sum(len(s) - engine.memory.peek(s) for s in stems) + sum(
+            len(a.encoded.prefix) - len(a.encoded.stem) + len(b.tokens) for a in admitted for b in a.encoded.branches)
+        got = engine.score(admitted)
+        assert len(stems) == 4 and engine.stats.real_tokens - before == computed, round_   # 3 short, 1 shared
+    assert engine.memory.hits > hits
+    passes = {(g["batch"]["size"], g["batch"]["padded_tokens"]) for g in got}
+    assert all(padded <= limit for _, padded in passes), passes
+    assert sum(size for size, _ in passes) == len(bodies) and len(passes) > 1
+    report = compare(expected, got)
+    assert report["max_abs_diff"] <= 1e-5 and not report["decisions_changed"], report

@@ -16,12 +16,12 @@ def test_a_hit_costs_only_what_its_cached_state_leaves_to_compute(loaded_model):
         cold = engine.cost(engine.admit(body))
         engine.score([engine.admit(body)])                        # keeps its state
         admitted = engine.admit(body)
-        (rows, width, prefix), real = engine.cost(admitted)
+        (rows, width, prefix, *_), real = engine.cost(admitted)
         tails = sum(len(engine._reuse._tails(admitted.encoded)[i]) for i in range(len(admitted.encoded.branches)))
         stem = len(admitted.encoded.stem)
         assert engine.memory.peek(admitted.encoded.stem) == stem
         assert real == tails == rows * width + prefix, (arch, rows, width, prefix, real)
-        (cold_rows, cold_width, cold_prefix), cold_real = cold
+        (cold_rows, cold_width, cold_prefix, *_), cold_real = cold
         assert cold_rows * cold_width + cold_prefix >= real + stem - len(engine.encoder.head)
         assert cold_real >= real + stem - len(engine.encoder.head)
         out = engine.score([admitted])[0]
