@@ -12,24 +12,38 @@ So the supervisor learns two things from what it sees:
 - what a pass costs by its size: the workers' pass records, smoothed per
   size class, fitted to cost = fixed + per_request x size. Merging two
   passes saves the fixed part, so waiting pays only while it is shorter
-  than that: a wait may spend half of it (FIXED_SHARE), never more than
-  MAX_WAIT_S;
+  than that: a wait may spend up to it (FIXED_SHARE), never more than
+  MAX_WAIT_S. Not less: clients that are waited for come back during it,
+  where a pass sent without them would be followed by one of their own
+  (half the share, on the simulated accelerator, turned waiting off
+  whenever the clients' return passed 12.5 ms of a 25 ms fixed cost, and
+  their 32 requests went as 30 and 2, one pass after another);
 - how soon an answered client asks again: the time from a decide reply to
-  that client's next decide, smoothed. A worker's answers count as given
-  when they reach the supervisor (worker_events.py), before the dispatch
-  that the same turn runs ahead of sending them.
+  that client's next decide, the median of the latest RETURN_SAMPLES. A
+  median, not a mean: closed-loop clients sharing a few cores come back
+  spread out, a few of them late, and a mean near the window's end would
+  flip waiting on and off from one pass to the next, each "off" sending
+  the clients back first in a pass of their own for nearly a full pass's
+  cost. A worker's answers count as given when they reach the supervisor
+  (worker_events.py), before the dispatch that the same turn runs ahead of
+  sending them.
 
 A worker that is free waits while clients answered within the last wait
 window have not yet come back, up to the window's end, and only when they
-usually come back within it. A lone client is never waited for: by the time
+usually (the median) come back within it. Only clients that came back
+before are waited for: one that sends a single request and leaves would
+otherwise hold every pass it was answered in for a whole window. A lone client is never waited for: by the time
 its request is queued it has come back. Once a full pass is queued, nothing
 waits.
 """
+import statistics
+from collections import deque
 from dataclasses import dataclass, field
 
 MAX_WAIT_S = 0.025      # the longest a free worker waits for answered clients to come back
-FIXED_SHARE = 0.5       # of a pass's fixed cost, what one wait may spend to save it
-SMOOTHING = 0.2         # weight of the newest sample in the running averages
+FIXED_SHARE = 1.0       # of a pass's fixed cost, what one wait may spend to save it
+SMOOTHING = 0.2         # weight of the newest sample in the running averages of pass costs
+RETURN_SAMPLES = 64     # the latest return times whose median says how soon clients come back
 MIN_CLASSES = 2         # size classes measured before the fit is trusted
 MAX_CLIENTS = 4096      # answered clients remembered at most (one-shot clients never come back)
 
@@ -67,8 +81,9 @@ class Gather:
     def __init__(self, max_wait_s: float = MAX_WAIT_S):
         self.max_wait_s = max_wait_s
         self.cost = PassCost()
-        self.return_s: float | None = None       # how soon an answered client asks again, smoothed
+        self.returns: deque = deque(maxlen=RETURN_SAMPLES)     # seconds from an answer to that client's next ask
         self._answered: dict[object, tuple[int, float]] = {}    # client -> (replies not yet followed, last at)
+        self._returning: dict[object, None] = {}    # clients seen coming back after an answer: the ones waited for
 
     # --- what the supervisor sees -------------------------------------------
 
@@ -85,8 +100,11 @@ class Gather:
         if entry is None:
             return
         count, at = entry
-        gap = now - at
-        self.return_s = gap if self.return_s is None else (1 - SMOOTHING) * self.return_s + SMOOTHING * gap
+        self.returns.append(now - at)
+        self._returning.pop(client, None)
+        self._returning[client] = None          # newest last
+        while len(self._returning) > MAX_CLIENTS:
+            del self._returning[next(iter(self._returning))]
         if count <= 1:
             del self._answered[client]
         else:
@@ -98,12 +116,18 @@ class Gather:
             if len(record) > 4 and record[4]:
                 self.cost.record(int(record[0]), float(record[3]) / 1000)
 
+    @property
+    def return_s(self) -> float | None:
+        """How soon an answered client asks again: the median of the latest returns."""
+        return statistics.median(self.returns) if self.returns else None
+
     # --- the decision -----------------------------------------------------------
 
     def wait_s(self) -> float:
         """How long a free worker may wait for answered clients: 0 where the measurements do not justify it."""
         wait = min(self.max_wait_s, FIXED_SHARE * self.cost.fixed_s())
-        if self.return_s is None or self.return_s > wait:
+        back = self.return_s
+        if back is None or back > wait:
             return 0.0
         return wait
 
@@ -118,9 +142,11 @@ class Gather:
         for client, (count, at) in list(self._answered.items()):
             if now - at > wait:
                 del self._answered[client]     # not back within the window: not waited for again
+                self._returning.pop(client, None)
                 continue
-            expected += count
-            last = at if last is None else max(last, at)
+            if client in self._returning:      # a client never seen coming back (one request, say) is not waited for
+                expected += count
+                last = at if last is None else max(last, at)
         if expected == 0:
             return None
         return last + wait
