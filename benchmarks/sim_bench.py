@@ -13,7 +13,8 @@ one-question choice requests closed-loop, on the default settings.
 
 The ideal is 32 / (pass ms + the in-process dispatch of a pass of 32): one
 full pass after another, with no host time around them. The dispatch is
-measured again before every round, as this machine's speed drifts.
+measured again just before and just after every round, as this machine's
+speed drifts.
 Reported per round: the daemon's throughput over the ideal, its mean
 requests per pass and how long a pass took the daemon; then the median
 round. Targets: >= 0.8 of the ideal, >= 24 requests a pass.
@@ -62,8 +63,8 @@ class InProcess:
         self.admitted = [self.engine.admit(b) for b in bodies]
         self.engine.score(self.admitted)           # the pinned head, first-call costs
 
-    def dispatch_ms(self, repeats: int = 7) -> float:
-        """In-process host time inside the forward of the pass (median)."""
+    def dispatch_ms(self, repeats: int = 9) -> list[float]:
+        """In-process host time inside the forward of the pass, once per repeat."""
         probe, times = Probe(self.engine), []
         for _ in range(repeats):
             self.engine.clear_prefix_cache()
@@ -72,7 +73,7 @@ class InProcess:
                 self.engine.score(self.admitted)
             assert probe.counts.forwards == 1, probe.counts.forwards
             times.append(probe.counts.forward_s * 1000)
-        return statistics.median(times)
+        return times
 
 
 def main(argv=None) -> int:
@@ -104,12 +105,17 @@ def main(argv=None) -> int:
         try:
             pool.run(daemon, one_question(args.clients * 4, seed=1), args.clients)     # warm: the policy's first passes
             for r in range(args.rounds):
-                # This machine's speed drifts between minutes: each round has its own ideal, measured
-                # just before it (the daemon idle), rather than one measured at the start for all.
-                dispatch = inprocess.dispatch_ms()
-                ideal = args.clients / ((args.pass_ms + dispatch) / 1000)
+                # This machine's speed drifts, even from one second to the next (medians of 7 passes
+                # measured back to back ranged 54-74 ms on an idle machine): each round has its own
+                # ideal, from passes measured just before it and just after it (the daemon idle).
+                before = inprocess.dispatch_ms()
                 got = pool.run(daemon, one_question(args.requests, seed=10 + r), args.clients)
+                after = inprocess.dispatch_ms()
+                dispatch = statistics.median(before + after)
+                ideal = args.clients / ((args.pass_ms + dispatch) / 1000)
                 rounds.append({"dispatch_ms": round(dispatch, 2), "ideal_rps": round(ideal, 1),
+                               "dispatch_before_ms": round(statistics.median(before), 2),
+                               "dispatch_after_ms": round(statistics.median(after), 2),
                                "rps": round(got["rps"], 1), "ratio": round(got["rps"] / ideal, 3),
                                "mean_batch_size": round(got["mean_batch_size"], 2),
                                "p50_ms": round(statistics.median(got["latencies"]) * 1000, 2),
