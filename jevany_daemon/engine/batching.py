@@ -26,7 +26,8 @@ class Pending:
     prefix: int = 0       # a shared prefix run in a pass of its own (shared layout), one row per request
     group: str = ""       # requests share a pass only within one group (the layout that runs them)
     stem: Any = None      # requests on one stem in a pass make one packed row, as wide as all of them
-    shared: int = 0       # of width: the stem's tokens, which that row holds once
+    shared: int = 0       # the stem's tokens to compute, which that row holds once
+    tails: int = 0        # what the request adds to that row after the stem: its questions
     outcome: Any = None   # the result, or the JevanyError the request ended with
     done: bool = False
 
@@ -50,6 +51,7 @@ def take_batch(queue: deque, limits: BatchLimits) -> list[Pending]:
     if head.alone or limits.max_size == 1 or not queue:
         return batch
     cost = _Cost(head)       # padded_cost(batch), kept as running sums: each candidate is judged in O(1)
+    # (a stem key is hashed in O(1): prefix_reuse.stem_key)
     window = [p for _, p in zip(range(SCAN_LIMIT), queue) if not p.alone and p.group == head.group]
     window.sort(key=lambda p: abs(p.width - head.width))   # stable: arrival order breaks ties
     for p in window:
@@ -88,9 +90,13 @@ class _Cost:
 
     Requests on one stem (Pending.stem) run as one packed row holding the
     stem once and every one of their questions, so a request joining its
-    stem's row adds its questions to that row's width, not a row of its own:
-    counted by request, 31 requests on one stem with 200-token questions
-    would look like 31 rows of 200 tokens, where the pass has one of 6,200.
+    stem's row adds its questions (Pending.tails) to that row's width, not a
+    row of its own: counted by request, 31 requests on one stem with
+    200-token questions would look like 31 rows of 200 tokens, where the
+    pass has one of 6,200. Requests on one stem carry the same `shared`:
+    Engine.take costs queued requests again once the prefix cache has
+    changed. A bound, not the pass itself: groups on the same cached rows
+    may share a row (pass_inputs.Packing), which this counts as one each.
     """
 
     def __init__(self, first: Pending):
@@ -107,10 +113,10 @@ class _Cost:
         s = self.sums
         row = self.stems.get(p.stem) if p.stem is not None else None
         if row is None:
-            rows, real, grown = s.rows + p.rows, s.real + p.real, p.width
+            rows, real, grown = s.rows + p.rows, s.real + p.real, p.shared + p.tails
         else:
             # its stem's row, which already holds the stem: one row fewer, the stem's tokens not again
-            rows, real, grown = s.rows + p.rows - 1, s.real + p.real - p.shared, row + p.width - p.shared
+            rows, real, grown = s.rows + p.rows - 1, s.real + p.real - p.shared, row + p.tails
         return _Sums(rows, max(s.width, p.width, grown), max(s.prefix, p.prefix), real, grown)
 
     def add(self, p: Pending, sums: _Sums | None = None) -> None:

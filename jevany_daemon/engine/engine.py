@@ -8,6 +8,7 @@ of their own: admission.py, layouts.py and prefix_reuse.py, passes.py,
 shaping.py.
 """
 from collections import deque
+from itertools import islice
 from dataclasses import replace
 from typing import Any, Callable
 
@@ -18,7 +19,7 @@ from jevany_daemon.config import EngineConfig, default_padding_waste
 from jevany_daemon.model.decision_model import DecisionModel
 
 from .admission import LATEST_ALIAS, MAX_MEDIA_QUESTIONS, Admission, Admitted
-from .batching import BatchLimits, GroupCommit, Pending, drain, take_batch
+from .batching import SCAN_LIMIT, BatchLimits, GroupCommit, Pending, drain, take_batch
 from .describe import describe
 from .layouts import PACKED_PROVEN, SHARED_PROVEN, PackedLayout, RowsLayout, Shape, SharedLayout
 from .masks import per_layer_type
@@ -118,16 +119,21 @@ class Engine:
         return self.admission.admit_many(bodies, origins or [None] * n, tenants or [None] * n)
 
     def pending(self, admitted: Admitted) -> Pending:
-        layout = self.layout_for(admitted)
-        shape, real = self.cost(admitted)
-        return Pending(admitted, shape.rows, shape.width, real, alone=bool(admitted.request.media),
-                       prefix=shape.prefix, group=layout.name, stem=shape.stem, shared=shape.shared)
+        pending = Pending(admitted, 0, 0, 0, alone=bool(admitted.request.media), group=self.layout_for(admitted).name)
+        self._costed(pending)
+        return pending
+
+    def _costed(self, p: Pending) -> None:
+        shape, p.real = self.cost(p.item)
+        p.rows, p.width, p.prefix, p.stem, p.shared, p.tails = (shape.rows, shape.width, shape.prefix, shape.stem,
+                                                                shape.shared, shape.tails)
 
     def cost(self, admitted: Admitted) -> tuple[Shape, int]:
         """(shape in a batch, real tokens) of a request, both passes counted when it blends.
 
-        Asked when it is queued and again when its pass is launched; what the prefix cache holds is
-        all that can change it in between, so it is remembered until the cache changes.
+        Asked when it is queued, when a batch is taken if the cache changed meanwhile (_recost), and
+        when its pass is launched; what the prefix cache holds is all that can change it in between,
+        so it is remembered until the cache changes.
         """
         generation = self.memory.generation if self.memory is not None else 0
         if admitted.costed is not None and admitted.costed[0] == generation:
@@ -197,8 +203,19 @@ class Engine:
         return self.collect(self.launch(batch))
 
     def _take(self, queue: deque) -> list[Pending]:
+        self._recost(queue)
         batching = self.policy.allows_batching(queue[0].width)
         return take_batch(queue, self.batch_limits if batching else self.alone_limits)
+
+    def _recost(self, queue: deque) -> None:
+        """Queued requests costed before the prefix cache last changed, costed again: what it holds
+        decides what a pass computes of them, and requests on one stem must agree on it (batching._Cost)."""
+        if self.memory is None:
+            return
+        generation = self.memory.generation
+        for p in islice(queue, SCAN_LIMIT):       # all that take_batch looks at
+            if p.item.costed is not None and p.item.costed[0] != generation:
+                self._costed(p)
 
     def _run_pending(self, batch: list[Pending]) -> None:
         outcomes = self.run_batch([p.item for p in batch])

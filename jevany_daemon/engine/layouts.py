@@ -57,7 +57,8 @@ class Shape(NamedTuple):
     width: int         # its longest row
     prefix: int = 0    # its prefix, when that runs in a pass of its own
     stem: object = None    # requests on one stem share one row of the pass (batching.Pending.stem)
-    shared: int = 0        # of width, the stem's tokens that row holds once
+    shared: int = 0        # the stem's tokens to compute, which that row holds once
+    tails: int = 0         # what the request adds to that row after the stem
 
 
 def padding_of(seg: torch.Tensor) -> torch.Tensor:

@@ -57,6 +57,7 @@ def pool(choice: list[float], native: list[float], weight: float) -> list[float]
 
 def both_passes(choice: Shape, native: Shape) -> Shape:
     """What a blended request adds to a batch's padded cost: a bound each of its two passes stays within.
-    Its choice part still shares its stem's row with the other requests on that stem."""
+    Its choice part still shares its stem's row with the other requests on that stem, adding its own
+    questions to it (the native pass never reads the prefix cache)."""
     return Shape(choice.rows + native.rows, max(choice.width, native.width), choice.prefix + native.prefix,
-                 choice.stem, choice.shared)
+                 choice.stem, choice.shared, choice.tails)

@@ -29,6 +29,7 @@ Prepared on the host (their lookups, layout and every index list in the
 pass's one upload), they run on the device with a few ops of bookkeeping per
 pass (cache_rows.py), whatever the depth.
 """
+from array import array
 from dataclasses import dataclass, field
 
 from .cache_rows import Block, CacheKit, JoinPlan
@@ -121,6 +122,12 @@ class _Reuse:
                 self.memory.drop(enc.stem[:n])
 
 
+def stem_key(enc: Encoded) -> tuple:
+    """What requests on one stem share in a pass (_stems: tenant and stem), hashable in O(1): bytes
+    keep their hash, a tuple of token ids does not, and batching looks a key up per candidate."""
+    return enc.tenant, array("q", enc.stem).tobytes()
+
+
 class PackedReuse(_Reuse):
     """Attention only: one packed group per distinct stem, continuing what the cache holds of it; groups
     that continue the same cached rows share rows where they fit (pass_inputs.Packing)."""
@@ -128,9 +135,8 @@ class PackedReuse(_Reuse):
     def cost(self, enc: Encoded) -> tuple[Shape, int]:
         """(shape, real tokens) from one lookup in the cache. Requests on one stem make one group in a
         pass (prepare), so their shapes name the stem and what of it the group computes once."""
-        new = len(enc.stem) - self.memory.peek(enc.stem, enc.tenant)
-        real = new + sum(self._tail_lengths(enc))
-        return Shape(1, real, stem=(enc.tenant, enc.stem), shared=new), real
+        new, tails = len(enc.stem) - self.memory.peek(enc.stem, enc.tenant), sum(self._tail_lengths(enc))
+        return Shape(1, new + tails, stem=stem_key(enc), shared=new, tails=tails), new + tails
 
     def prepare(self, encs: list[Encoded], pad_id: int, upload: Upload, backbone: Backbone) -> "_PackedJob":
         stems = list(self._stems(backbone, encs).values())

@@ -144,7 +144,7 @@ def test_a_prefix_run_in_its_own_pass_counts_once_per_request():
 def test_requests_on_one_stem_are_costed_as_the_one_row_they_make():
     # 31 hits on one kept state, 200-token questions each, and one other request: the pass packs the 31
     # into one row of 6,200 tokens and pads the other's row to it, 12,400 padded tokens in all
-    on_stem = [Pending(f"s{i}", 1, 200, 200, stem="state", shared=0) for i in range(31)]
+    on_stem = [Pending(f"s{i}", 1, 200, 200, stem="state", shared=0, tails=200) for i in range(31)]
     other = Pending("other", 1, 200, 200)
     assert padded_cost(on_stem + [other]) == 2 * 31 * 200
     batch = take_batch(deque([other, *on_stem]), BatchLimits(32, 8192, 1.0))
@@ -154,7 +154,16 @@ def test_requests_on_one_stem_are_costed_as_the_one_row_they_make():
 
 def test_a_stem_computed_in_the_pass_is_counted_once_in_its_row():
     # misses on one state: 100 tokens of stem to compute, then 50 of question each; one row of 100 + 4 x 50
-    four = [Pending(f"m{i}", 1, 150, 150, stem="state", shared=100) for i in range(4)]
+    four = [Pending(f"m{i}", 1, 150, 150, stem="state", shared=100, tails=50) for i in range(4)]
     assert padded_cost(four) == 300
     # with the stem counted in every request (600 tokens), 300 real tokens in 300 padded are no waste at all
     assert len(take_batch(deque(four), BatchLimits(8, 300, 0.0))) == 4
+
+
+def test_a_blended_request_adds_only_its_choice_questions_to_its_stem_row():
+    # 7 blended hits on one kept state: 50 tokens of choice questions each on the state's row, and a
+    # native row of 550 (the native pass never reads the cache): 8 rows of at most 550, not a stem row
+    # grown by 550 a request
+    blended = [Pending(f"b{i}", 2, 550, 600, stem="state", shared=0, tails=50) for i in range(7)]
+    assert padded_cost(blended) == (2 + 6) * 550
+    assert len(take_batch(deque(blended), BatchLimits(32, 8192, 1.0))) == 7

@@ -165,8 +165,10 @@ def test_requests_continuing_one_kept_state_never_overrun_the_packed_token_bound
     engine = Engine(model, EngineConfig(prefix_cache=8, prefix_min_tokens=50, batch_policy="greedy",
                                         max_padding_waste=1.0, max_batch_size=32, max_packed_tokens=limit))
     engine.score(engine.admit_many(workloads.short(1, seed=9)))     # pins the prompt's head
+    passes = []
+    engine.observer = passes.append
     for round_ in ("misses", "hits"):               # the misses keep the state
-        hits, before = engine.memory.hits, engine.stats.real_tokens
+        hits, before, passes[:] = engine.memory.hits, engine.stats.real_tokens, []
         admitted = engine.admit_many(bodies)
         stems = {a.encoded.stem for a in admitted}
         # what the passes compute: each distinct stem's uncached part once, then every question
@@ -174,9 +176,8 @@ def test_requests_continuing_one_kept_state_never_overrun_the_packed_token_bound
             len(a.encoded.prefix) - len(a.encoded.stem) + len(b.tokens) for a in admitted for b in a.encoded.branches)
         got = engine.score(admitted)
         assert len(stems) == 4 and engine.stats.real_tokens - before == computed, round_   # 3 short, 1 shared
+        assert all(p.padded_tokens <= limit for p in passes), (round_, passes)
+        assert sum(p.size for p in passes) == len(bodies) and len(passes) > 1, round_
     assert engine.memory.hits > hits
-    passes = {(g["batch"]["size"], g["batch"]["padded_tokens"]) for g in got}
-    assert all(padded <= limit for _, padded in passes), passes
-    assert sum(size for size, _ in passes) == len(bodies) and len(passes) > 1
     report = compare(expected, got)
     assert report["max_abs_diff"] <= 1e-5 and not report["decisions_changed"], report

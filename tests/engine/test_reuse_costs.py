@@ -47,3 +47,21 @@ def test_new_hybrid_states_of_different_lengths_run_from_their_first_token_in_on
     assert len(calls) == 2, calls
     assert calls[0][0] == 3 and calls[1][0] == 3
     assert len(engine.memory) == held + 3
+
+
+def test_requests_queued_before_the_cache_changed_are_costed_again_when_a_batch_is_taken(loaded_model):
+    """A request queued as a hit whose state is then evicted computes that state again: a batch taken
+    on its old cost could overrun the padded-token bound, and requests on one stem would disagree."""
+    from collections import deque
+
+    engine = cached_engine(loaded_model("qwen3", "choice"))
+    rng = __import__("random").Random(4)
+    state = workloads.request(rng, 40, 1, structured=False)["state"]
+    bodies = [{"state": state, "questions": workloads.request(rng, 1, 1)["questions"]} for _ in range(3)]
+    engine.score([engine.admit(bodies[0])])                      # keeps the state
+    queue = deque(engine.pending(a) for a in engine.admit_many(bodies))
+    assert {p.shared for p in queue} == {0}                      # hits: nothing of the state to compute
+    engine.memory.drop(queue[0].item.encoded.stem)               # evicted while they wait
+    taken = engine.take(queue)
+    stem = taken[0].item.encoded.stem
+    assert len(taken) == 3 and {p.shared for p in taken} == {len(stem) - engine.memory.peek(stem)} != {0}
