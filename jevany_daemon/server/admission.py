@@ -19,8 +19,12 @@ class Entry:
     handover: int = 0          # the hand-over to its worker that carried it (workers.py)
 
     @property
-    def client(self) -> tuple:
-        """Who sent it: its socket and routing id (GPU-aware group commit waits for clients, gather.py)."""
+    def client(self) -> tuple | None:
+        """Who sent it: its socket and routing id (GPU-aware group commit waits for clients, gather.py).
+        None through the HTTP gateway: every HTTP request comes on its one connection, so its users
+        cannot be told apart, and one of them must not be waited for as if the rest were coming."""
+        if self.transport == "http":
+            return None
         return id(self.sock), self.envelope[0] if self.envelope else None
 
     @property

@@ -15,7 +15,7 @@ So the supervisor learns two things from what it sees:
   than that: a wait may spend up to it (FIXED_SHARE), never more than
   MAX_WAIT_S. Not less: clients that are waited for come back during it,
   where a pass sent without them would be followed by one of their own
-  (half the share, on the simulated accelerator, turned waiting off
+  (a share of 0.5, on the simulated accelerator, turned waiting off
   whenever the clients' return passed 12.5 ms of a 25 ms fixed cost, and
   their 32 requests went as 30 and 2, one pass after another);
 - how soon an answered client asks again: the time from a decide reply to
@@ -30,11 +30,13 @@ So the supervisor learns two things from what it sees:
 
 A worker that is free waits while clients answered within the last wait
 window have not yet come back, up to the window's end, and only when they
-usually (the median) come back within it. Only clients that came back
+usually (the median) come back within it. Only clients seen coming back
 before are waited for: one that sends a single request and leaves would
-otherwise hold every pass it was answered in for a whole window. A lone client is never waited for: by the time
-its request is queued it has come back. Once a full pass is queued, nothing
-waits.
+otherwise hold every pass it was answered in for a whole window. Requests
+through the HTTP gateway all come on its one connection, so their users
+cannot be told apart: they are never waited for. A lone client is never
+waited for: by the time its request is queued it has come back. Once a
+full pass is queued, nothing waits.
 """
 import statistics
 from collections import deque
@@ -88,7 +90,9 @@ class Gather:
     # --- what the supervisor sees -------------------------------------------
 
     def answered(self, client, now: float) -> None:
-        """A decide reply went to this client."""
+        """A decide reply went to this client (None: one not told apart, never waited for)."""
+        if client is None:
+            return
         count, _ = self._answered.pop(client, (0, now))
         self._answered[client] = (count + 1, now)      # newest last
         while len(self._answered) > MAX_CLIENTS:
@@ -142,7 +146,9 @@ class Gather:
         for client, (count, at) in list(self._answered.items()):
             if now - at > wait:
                 del self._answered[client]     # not back within the window: not waited for again
-                self._returning.pop(client, None)
+                if client in self._returning:
+                    del self._returning[client]
+                    self.returns.append(now - at)   # it takes at least this long; its return goes unsampled
                 continue
             if client in self._returning:      # a client never seen coming back (one request, say) is not waited for
                 expected += count

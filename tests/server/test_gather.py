@@ -85,8 +85,8 @@ def test_clients_a_worker_just_answered_are_expected_back_before_the_next_dispat
     """The supervisor dispatches before it sends the tick's replies: the gather must hear of those
     answers when the worker's results arrive, or a free worker leaves with half the clients."""
     now = [7.0]
-    sup = SimpleNamespace(gather=came_back(returning(flat(Gather())), [(id(None), b"client-%d" % tag) for tag in range(16)]),
-                          clock=lambda: now[0],
+    clients = [(id(None), b"client-%d" % tag) for tag in range(16)]     # Entry.client of each below
+    sup = SimpleNamespace(gather=came_back(returning(flat(Gather())), clients), clock=lambda: now[0],
                           metrics=SimpleNamespace(batches=lambda records: None),
                           counters=SimpleNamespace(mixed_batches=0))
     events = WorkerEvents(sup)
@@ -108,8 +108,26 @@ def test_clients_never_seen_coming_back_are_not_waited_for():
     g.answered("loop", 5.0)
     assert g.hold_until(queued=1, full=32, now=5.0) == 5.0 + MAX_WAIT_S
     g.hold_until(queued=1, full=32, now=5.0 + 2 * MAX_WAIT_S)      # "loop" did not come back this time
+    assert g.returns[-1] == pytest.approx(2 * MAX_WAIT_S)           # a return at least that long, counted
     g.answered("loop", 6.0)
     assert g.hold_until(queued=1, full=32, now=6.0) is None         # nor is it waited for again, until it does
+
+
+def test_requests_through_the_http_gateway_are_never_waited_for():
+    """Every HTTP request comes on the gateway's one connection: after a burst of them, a lone request
+    from anyone would otherwise look like one of many clients about to come back."""
+    g = returning(flat(Gather()))
+    http = [Entry(tag, sock=None, envelope=[b"gateway"], id=tag, payload=b"", received=1.0, deadline=None,
+                  transport="http") for tag in range(8)]
+    assert {e.client for e in http} == {None}
+    for e in http:
+        g.answered(e.client, 1.0)
+    g.arrived(http[0].client, 1.001)
+    for e in http[1:]:
+        g.answered(e.client, 2.0)
+    assert g.hold_until(queued=1, full=32, now=2.0) is None
+    zmq = Entry(0, sock=None, envelope=[b"c"], id=0, payload=b"", received=1.0, deadline=None)
+    assert zmq.client is not None
 
 
 def test_no_waiting_where_cost_follows_size_or_clients_come_back_late():
@@ -174,7 +192,7 @@ def test_a_few_late_clients_do_not_turn_waiting_off():
             g.answered(i, 10.0 * cycle)
         for i in range(32):
             late = i >= 26
-            g.arrived(i, 10.0 * cycle + (2 * window if late else 0.4 * window))
+            g.arrived(i, 10.0 * cycle + (4 * window if late else 0.4 * window))
     assert g.wait_s() == window
     for i in range(32):
         g.answered(i, 100.0)
