@@ -8,8 +8,8 @@ of their own: admission.py, layouts.py and prefix_reuse.py, passes.py,
 shaping.py.
 """
 from collections import deque
-from itertools import islice
 from dataclasses import replace
+from itertools import islice
 from typing import Any, Callable
 
 
@@ -119,7 +119,8 @@ class Engine:
         return self.admission.admit_many(bodies, origins or [None] * n, tenants or [None] * n)
 
     def pending(self, admitted: Admitted) -> Pending:
-        pending = Pending(admitted, 0, 0, 0, alone=bool(admitted.request.media), group=self.layout_for(admitted).name)
+        pending = Pending(admitted, 0, 0, 0, alone=bool(admitted.request.media),
+                          group=self.layout_for(admitted).name)
         self._costed(pending)
         return pending
 

@@ -146,9 +146,10 @@ class Gather:
         for client, (count, at) in list(self._answered.items()):
             if now - at > wait:
                 del self._answered[client]     # not back within the window: not waited for again
-                if client in self._returning:
-                    del self._returning[client]
-                    self.returns.append(now - at)   # it takes at least this long; its return goes unsampled
+                # Its late return goes unsampled, so the median leans early; but it is waited for again
+                # only once it has come back again. (Sampling it here as late would count every client
+                # idle for a while as late: after a pause, waiting would stay off for two passes.)
+                self._returning.pop(client, None)
                 continue
             if client in self._returning:      # a client never seen coming back (one request, say) is not waited for
                 expected += count
