@@ -13,6 +13,8 @@ Hybrid models need a mask per layer type: attention layers take the 4D
 additive mask, linear-attention (recurrent) layers the 2D padding mask,
 which zeroes padded inputs so they leave the recurrent state alone.
 """
+import functools
+
 import torch
 
 from .pass_inputs import GROUP_SEGMENTS
@@ -22,19 +24,33 @@ ATTENTION_LAYERS = frozenset({"full_attention"})
 RECURRENT_LAYERS = frozenset({"linear_attention", "conv"})
 
 
+# Each float dtype's integer twin, for building an additive mask through its bit pattern (_additive).
+_SAME_WIDTH_INT = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torch.float16: torch.int16,
+                   torch.float64: torch.int64}
+
+
+@functools.lru_cache(maxsize=None)
+def _lowest_bits(dtype: torch.dtype) -> int:
+    """The bit pattern of dtype's lowest finite value, read as its integer twin (a CPU scalar, once)."""
+    return torch.tensor(torch.finfo(dtype).min, dtype=dtype).view(_SAME_WIDTH_INT[dtype]).item()
+
+
 def _additive(allowed: torch.Tensor, dtype: torch.dtype, cached: torch.Tensor | None = None) -> torch.Tensor:
     """[B,L,L] allowed → [B,1,L,L] additive float mask (never boolean: see layouts.py).
 
     With cached [B,W] (bool), the keys of a continued cache come first: [B,1,L,W+L], every query of
-    a row seeing the row's cached keys. Filled in place: one full-size tensor, no temporaries.
+    a row seeing the row's cached keys. Written in one pass through the integer view of the float:
+    0 where allowed (the bits of +0.0), the lowest float's bits elsewhere. On a CPU that is half the
+    time of filling a float tensor by mask (a pass of 32 requests builds millions of entries); on a
+    device it is as many kernels.
     """
-    batch, width = allowed.shape[0], allowed.shape[1]
-    w = 0 if cached is None else cached.shape[1]
-    mask = torch.full((batch, width, w + width), torch.finfo(dtype).min, dtype=dtype, device=allowed.device)
-    if w:
-        mask[:, :, :w].masked_fill_(cached[:, None, :], 0)
-    mask[:, :, w:].masked_fill_(allowed, 0)
-    return mask[:, None]
+    if cached is not None:
+        allowed = torch.cat([cached[:, None, :].expand(-1, allowed.shape[1], -1), allowed], dim=2)
+    twin = _SAME_WIDTH_INT.get(dtype)
+    if twin is None:         # a dtype with no integer twin here: filled by mask
+        return torch.full(allowed.shape, torch.finfo(dtype).min, dtype=dtype,
+                          device=allowed.device).masked_fill_(allowed, 0)[:, None]
+    return (~allowed).to(twin).mul_(_lowest_bits(dtype)).view(dtype)[:, None]
 
 
 def _causal(width: int, device) -> torch.Tensor:

@@ -16,7 +16,7 @@ import torch
 from jevany_daemon import workloads
 from jevany_daemon.config import EngineConfig
 from jevany_daemon.engine.engine import Engine
-from jevany_daemon.engine.masks import block_causal_mask
+from jevany_daemon.engine.masks import block_causal_mask, continued_block_causal_mask
 from jevany_daemon.engine.pass_inputs import GROUP_SEGMENTS, PAD_SEGMENT, Packing, Upload
 from jevany_daemon.engine.stream import Stream
 from jevany_daemon.parity import compare
@@ -90,6 +90,30 @@ def test_the_groups_of_a_row_never_see_each_other():
     pads = [c for c, s in enumerate(sent.seg[row].tolist()) if s == PAD_SEGMENT]
     assert pads and all(sees[c, c] and not sees[c, :c][sent.seg[row, :c] >= 0].any() for c in pads)
     assert allowed.any(-1).all()
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float16, torch.float64])
+def test_a_continued_mask_is_zero_where_allowed_and_the_lowest_float_elsewhere(dtype):
+    # Built through the float's integer view (masks._additive): every entry must still be exactly
+    # 0 or the dtype's lowest, in the dtype, and allow exactly what the rule says, checked here entry by entry.
+    g = GROUP_SEGMENTS
+    seg = torch.tensor([[0, 0, 1, 1, 2, g, g + 1, PAD_SEGMENT], [0, 1, 2, 3, PAD_SEGMENT, PAD_SEGMENT, PAD_SEGMENT,
+                                                                  PAD_SEGMENT]])
+    cached = torch.tensor([[0, 1, 1], [1, 1, 1]])
+    mask = continued_block_causal_mask(cached, seg, dtype)
+    assert mask.dtype == dtype and mask.shape == (2, 1, 8, 11)
+    lowest = torch.finfo(dtype).min
+    for b in range(2):
+        for i in range(8):
+            q = seg[b, i].item()
+            for j in range(11):
+                if j < 3:
+                    expected = bool(cached[b, j])
+                else:
+                    k = seg[b, j - 3].item()
+                    prefix = None if q == PAD_SEGMENT else q - q % g
+                    expected = j - 3 <= i and (k == q or k == prefix)
+                assert mask[b, 0, i, j].item() == (0.0 if expected else lowest), (b, i, j)
 
 
 def _rows_per_pass(engine):
