@@ -41,8 +41,8 @@ def _additive(allowed: torch.Tensor, dtype: torch.dtype, cached: torch.Tensor | 
     With cached [B,W] (bool), the keys of a continued cache come first: [B,1,L,W+L], every query of
     a row seeing the row's cached keys. Written in one pass through the integer view of the float:
     0 where allowed (the bits of +0.0), the lowest float's bits elsewhere. On a CPU that is half the
-    time of filling a float tensor by mask (a pass of 32 requests builds millions of entries); on a
-    device it is as many kernels.
+    time of filling a float tensor by mask (a pass of 32 requests builds a million entries); on a
+    device it is one kernel more, a few per pass whatever the depth.
     """
     if cached is not None:
         allowed = torch.cat([cached[:, None, :].expand(-1, allowed.shape[1], -1), allowed], dim=2)
