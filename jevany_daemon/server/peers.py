@@ -16,9 +16,15 @@ knows:
 - who the peer is: the uid of an ipc peer (SO_PEERCRED, in libzmq's
   Peer-Address), the client key of a CurveZMQ one (ZAP's User-Id).
 
-Events are read before a message's connection is looked up and before any
-reply is sent; libzmq emits them from its I/O thread before the later steps of
-the same connection happen, so the loop never judges on stale events.
+Events are read after a message is received and before its connection is
+looked up, and before any reply is sent; libzmq emits them from its I/O
+thread before the later steps of the same connection happen, so the loop
+never judges on stale events. Reading them only when a descriptor is unknown
+would not do: the kernel gives a departed connection's descriptor to the
+next one, so the one a message came on may be new and still look like the
+old one (its reply then went nowhere, as if its client had gone). Sockets
+are watched together and descriptors are the process's, so a connection
+gone from one socket is only forgotten if it was that socket's.
 """
 import os
 import socket
@@ -41,6 +47,7 @@ class Conn:
     closing: bool = False  # shut down by us under descriptor pressure; libzmq will report it gone
     heard: bool = False    # it has sent a message: a client, not only a connection
     who: dict = field(default_factory=dict)   # cached identity: uid, tenant
+    sock: object = None    # the socket that accepted it
 
 
 @dataclass(frozen=True)
@@ -84,21 +91,23 @@ class Peers:
         fd, now = int(message["value"]), self.clock()
         if message["event"] == zmq.EVENT_ACCEPTED:
             self.accepted += 1
-            conn = self.conns[fd] = Conn(fd, next(self._serials), now, now)
+            if fd in self.conns:
+                self.gone += 1     # another socket's, whose departure is read after this: it is gone
+            conn = self.conns[fd] = Conn(fd, next(self._serials), now, now, sock=sock)
             if self.on_accept(sock):
                 self.close([conn])
                 self.turned_away += 1
-        elif self.conns.pop(fd, None) is not None:
+        elif fd in self.conns and self.conns[fd].sock is sock:
+            # Another socket's connection may hold the descriptor now: its accept was read first.
+            del self.conns[fd]
             self.gone += 1
 
     def came_from(self, frame, identify) -> Peer:
         """The connection a received frame came on, noted as active; identify(frame) → (uid, tenant) once per
         connection."""
         fd = frame.get(zmq.SRCFD)
+        self.read()        # its connection's accept, and any departure of a former holder of its descriptor
         conn = self.conns.get(fd)
-        if conn is None:
-            self.read()        # accepted since the last read: its event is waiting
-            conn = self.conns.get(fd)
         if conn is None:
             # Not reported (yet): replies go, unbound. Who sent it is the frame's own metadata, so its
             # requests still get their tenant: a cache namespace never depends on the monitor's timing.
