@@ -24,10 +24,17 @@ would not do: the kernel gives a departed connection's descriptor to the
 next one, so the one a message came on may be new and still look like the
 old one (its reply then went nowhere, as if its client had gone). Sockets
 are watched together and descriptors are the process's, so a connection
-gone from one socket is only forgotten if it was that socket's.
+gone from one socket is only forgotten if it was that socket's. The other
+way round, a departed connection's pipe may still hold a message when a
+newcomer has its descriptor; libzmq stamps every message with its sender
+(Peer-Address: an ipc peer's uid, gid and pid, a TCP peer's address), so a
+message whose sender is not the descriptor's holder is tied to no
+connection, and its reply goes nowhere rather than to the newcomer.
 """
+import ipaddress
 import os
 import socket
+import struct
 from dataclasses import dataclass, field
 from itertools import count
 
@@ -48,6 +55,7 @@ class Conn:
     heard: bool = False    # it has sent a message: a client, not only a connection
     who: dict = field(default_factory=dict)   # cached identity: uid, tenant
     sock: object = None    # the socket that accepted it
+    holder: object = None  # who is at the other end of its descriptor (_holder), learnt at its first message
 
 
 @dataclass(frozen=True)
@@ -60,6 +68,7 @@ class Peer:
 
 
 UNWATCHED = Peer(None, None)
+DEPARTED = 0     # the serial of a message from a connection that is gone: no connection has it (they count from 1)
 
 
 class Peers:
@@ -113,6 +122,13 @@ class Peers:
             # requests still get their tenant: a cache namespace never depends on the monitor's timing.
             uid, tenant = identify(frame)
             return Peer(fd, None, uid, tenant)
+        if conn.holder is None:
+            conn.holder = _holder(fd)
+        if not _may_be(frame, conn.holder):
+            # A departed connection's last words, read after a newcomer took its descriptor (its pipe
+            # still held them): tied to no connection, so the newcomer never gets their reply.
+            uid, tenant = identify(frame)
+            return Peer(fd, DEPARTED, uid, tenant)
         conn.seen, conn.heard = self.clock(), True
         if not conn.who:
             uid, tenant = identify(frame)
@@ -172,6 +188,43 @@ class Peers:
                 pass
             monitor.close(linger=0)
         self.monitors.clear()
+
+
+def _holder(fd: int) -> tuple | None:
+    """Who holds a connected descriptor now, as a message's Peer-Address names its sender: an ipc peer's
+    (uid, gid, pid) by SO_PEERCRED, a TCP peer's address; None if it cannot be told (gone already)."""
+    try:
+        sock = socket.socket(fileno=fd)
+    except OSError:
+        return None
+    try:
+        if sock.family == socket.AF_UNIX:
+            pid, uid, gid = struct.unpack("3i", sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED,
+                                                                struct.calcsize("3i")))
+            return ("ipc", uid, gid, pid)
+        return ("tcp", ipaddress.ip_address(sock.getpeername()[0].split("%")[0]))
+    except (OSError, ValueError):
+        return None
+    finally:
+        sock.detach()
+
+
+def _may_be(frame, holder: tuple | None) -> bool:
+    """Whether a message may have come from its descriptor's holder: false only when its Peer-Address
+    (libzmq's, per message: 'host:uid:gid:pid' on ipc, the address on TCP) names someone else."""
+    if holder is None:
+        return True
+    try:
+        address = frame.get("Peer-Address")
+    except zmq.ZMQError:
+        return True
+    if holder[0] == "ipc":
+        parts = address.split(":")
+        return len(parts) != 4 or tuple(int(p) if p.isdigit() else p for p in parts[1:]) == holder[1:]
+    try:
+        return ipaddress.ip_address(address.strip("[]").split("%")[0]) == holder[1]
+    except ValueError:
+        return True
 
 
 def ipc_uid(frame) -> int | None:

@@ -3,13 +3,15 @@
 The kernel hands a departed connection's descriptor to the next one, on any
 socket of the process; a message on it must be tied to the new connection,
 or its reply is dropped as if its client had gone (seen as a drain op that
-got no reply, one run in about a dozen on a busy machine).
+got no reply, one run in about a dozen on a busy machine); and a departed
+connection's last message, read after a newcomer took its descriptor, must
+not be taken for the newcomer's.
 """
 import zmq
 
 from jevany_daemon.server.peers import Peers
 
-FD = 7
+FD = 9999       # no descriptor of this process: who holds it cannot be told, so nothing is judged by it
 
 
 class Fed(Peers):
@@ -70,3 +72,68 @@ def test_a_connection_gone_from_one_socket_never_takes_another_sockets_connectio
     peers.happen(main, zmq.EVENT_DISCONNECTED)
     peers.read()
     assert len(peers) == 0 and peers.describe()["gone"] == 2
+
+
+def test_a_departed_connections_last_message_read_after_a_newcomer_took_its_descriptor_is_not_the_newcomers(
+        tmp_path):
+    # On real sockets: a message still in a departed connection's pipe names its sender (libzmq's
+    # Peer-Address, per message); a newcomer in another process on the same descriptor must not be
+    # taken for it, or the reply would go to whoever holds the routing id now.
+    import os
+    import subprocess
+    import sys
+
+    from tests.server.daemons import wait_for
+
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    endpoint = f"ipc://{tmp_path}/r.sock"
+    router.bind(endpoint)
+    peers = Peers(zmq.Poller(), lambda: 1000.0)
+    peers.watch(router)
+    newcomer, held = None, []
+    try:
+        departing = ctx.socket(zmq.DEALER)
+        departing.connect(endpoint)
+        departing.send(b"last words")
+        wait_for(lambda: router.getsockopt(zmq.EVENTS) & zmq.POLLIN, 30, "the message reaching the router")
+        peers.read()
+        [fd] = peers.conns
+        departing.close(linger=0)
+
+        def closed() -> bool:
+            peers.read()
+            try:
+                os.fstat(fd)
+            except OSError:
+                return not peers.conns
+            return False
+
+        wait_for(closed, 30, "the departed connection's descriptor closed")
+        while (spare := os.open(os.devnull, os.O_RDONLY)) < fd:
+            held.append(spare)        # every free descriptor below it, so the next accept gets the departed one
+        os.close(spare)
+        newcomer = subprocess.Popen([sys.executable, "-c", "import sys, zmq; s = zmq.Context().socket(zmq.DEALER); "
+                                     f"s.connect({endpoint!r}); s.send(b'first'); sys.stdin.read()"],
+                                    stdin=subprocess.PIPE)
+
+        def accepted():
+            peers.read()
+            return list(peers.conns.values())
+
+        [conn] = wait_for(accepted, 30, "the newcomer's connection")
+        assert conn.fd == fd, "the kernel gives the lowest free descriptor: the departed one's"
+        got = {}
+        for _ in range(2):      # in whichever order the router's fair queue hands them over
+            frame = router.recv_multipart(copy=False)[-1]
+            got[frame.bytes] = peers.came_from(frame, nobody)
+        assert got[b"last words"].serial != conn.serial and not peers.alive(got[b"last words"])
+        assert got[b"first"].serial == conn.serial and peers.alive(got[b"first"])
+    finally:
+        for spare in held:
+            os.close(spare)
+        if newcomer is not None:
+            newcomer.kill()
+            newcomer.wait(10)
+        peers.close_monitors()
+        ctx.destroy(linger=0)
