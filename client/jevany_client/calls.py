@@ -45,8 +45,10 @@ _SEND_HWM = 10_000
 _HEARTBEAT_IVL_MS = 2_000
 _HEARTBEAT_TIMEOUT_MS = 10_000
 
-# The socket events that take a peer out of the pool and bring it back.
-PEER_EVENTS = zmq.EVENT_CONNECTED | zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
+# The socket events that take a peer out of the pool and bring it back. Not EVENT_CONNECTED: with
+# IMMEDIATE a socket cannot send to a daemon until its handshake is done, and a peer taken as connected
+# before then was skipped as full (its first requests went to another daemon, breaking affinity).
+PEER_EVENTS = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
 
 REMAINING = object()   # timeout_ms: tell the daemon how long this call has left
 ASK_LIMIT = object()

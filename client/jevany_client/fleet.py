@@ -23,8 +23,9 @@ from .calls import read_reply
 from .routing import REPORT_HALF_LIFE_S, check_routing, make_policy
 
 RESOLVE_EVERY_S = 5.0
-# A daemon's first connection is waited for this long before its requests go elsewhere: a new
-# client would otherwise hand an affinity key to whichever daemon happened to connect first.
+# A daemon's first connection (made and greeted: its ZMTP handshake done) is waited for this long before
+# its requests go elsewhere: a new client would otherwise hand an affinity key to whichever daemon
+# happened to connect first.
 CONNECT_GRACE_S = 0.5
 
 

@@ -225,8 +225,8 @@ def test_status_ready_exits_0_only_when_ready(runner, daemon, socket_dir, stale)
 
 
 def test_client_decide_routes_as_asked_and_refuses_an_unknown_routing(runner, daemon, beta, tmp_path, monkeypatch):
-    # Each call is a fresh client: one that cannot connect to the key's daemon within the grace sends
-    # elsewhere (as it should), and a starved CI core can take that long. Affinity is what is tested here.
+    # Each call is a fresh client: one whose connection to the key's daemon is not greeted (handshake done)
+    # within the grace sends elsewhere (as it should), and a starved CI core can take that long.
     monkeypatch.setattr(fleet, "CONNECT_GRACE_S", 30.0)
     body = tmp_path / "request.json"
     body.write_text(json.dumps({"state": "x" * 2000, "questions": {"urgent": {"type": "noul"}}}))

@@ -7,13 +7,14 @@ import asyncio
 import socket
 import threading
 import time
+from types import SimpleNamespace
 
 import dns.message
 import dns.rcode
 import dns.rrset
 import pytest
 
-from jevany_client import AsyncJevClient, Choice, JevClient, decide_body
+from jevany_client import AsyncJevClient, Choice, JevClient, decide_body, fleet, routing
 
 from .conftest import fake_daemon
 
@@ -84,6 +85,31 @@ def test_affinity_keeps_each_state_on_one_daemon_and_spreads_the_states(socket_d
                     homes.setdefault(session, set()).add(client.decide(state, QUESTIONS)["server"])
     assert all(len(servers) == 1 for servers in homes.values()), homes
     assert len(set().union(*homes.values())) >= 2
+
+
+def test_a_daemon_whose_handshake_has_not_finished_is_waited_for_not_skipped(socket_dir, monkeypatch):
+    # A listener that never speaks ZMTP: the connection is made (the kernel's backlog) but its
+    # handshake never finishes, like a daemon too busy to greet. The key's request must wait the
+    # connect grace for it before going elsewhere, as for a connection not yet made.
+    monkeypatch.setattr(fleet, "CONNECT_GRACE_S", 1.0)
+    mute = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    path = socket_dir / "mute.sock"
+    mute.bind(str(path))
+    mute.listen(8)
+    try:
+        with fake_daemon(socket_dir, "greets") as greets:
+            endpoints = [f"ipc://{path}", greets.endpoint]
+            ring = routing.make_policy("affinity")
+            peers = [SimpleNamespace(key=e, load=lambda now: 0) for e in endpoints]
+            state = next(s for s in ({"n": n} for n in range(1000))
+                         if ring.choose(peers, routing.affinity_key(s), 0.0).key == endpoints[0])
+            with JevClient(endpoints, timeout=WITHIN_S, routing="affinity") as client:
+                started = time.monotonic()
+                assert client.decide(state, QUESTIONS)["server"] == "greets"
+                assert time.monotonic() - started >= 0.9 * fleet.CONNECT_GRACE_S
+    finally:
+        mute.close()
+        path.unlink(missing_ok=True)
 
 
 def test_an_explicit_affinity_key_keeps_different_states_together_on_the_async_client(socket_dir):
