@@ -212,31 +212,38 @@ def _holder(fd: int) -> tuple | None:
 def _may_be(frame, holder: tuple | None) -> bool:
     """Whether a message may have come from its descriptor's holder: false only when its Peer-Address
     (libzmq's, per message: 'host:uid:gid:pid' on ipc, the address on TCP) names someone else."""
-    if holder is None:
-        return True
-    try:
-        address = frame.get("Peer-Address")
-    except zmq.ZMQError:
+    address = _peer_address(frame) if holder is not None else None
+    if address is None:
         return True
     if holder[0] == "ipc":
-        parts = address.split(":")
-        return len(parts) != 4 or tuple(int(p) if p.isdigit() else p for p in parts[1:]) == holder[1:]
+        sender = _ipc_credentials(address)
+        return sender is None or sender == holder[1:]
     try:
         return ipaddress.ip_address(address.strip("[]").split("%")[0]) == holder[1]
     except ValueError:
         return True
 
 
-def ipc_uid(frame) -> int | None:
-    """The peer's uid on an ipc connection: libzmq appends ':uid:gid:pid' (SO_PEERCRED) to its Peer-Address."""
+def _peer_address(frame) -> str | None:
     try:
-        address = frame.get("Peer-Address")
+        return frame.get("Peer-Address")
     except zmq.ZMQError:
         return None
+
+
+def _ipc_credentials(address: str) -> tuple[int, int, int] | None:
+    """(uid, gid, pid) from an ipc peer's Peer-Address: libzmq appends ':uid:gid:pid' (SO_PEERCRED)."""
     parts = address.split(":")
     if len(parts) != 4 or not all(p.isdigit() for p in parts[1:]):
         return None         # TCP: an address (IPv6 ones have more colons), no credentials
-    return int(parts[1])
+    return int(parts[1]), int(parts[2]), int(parts[3])
+
+
+def ipc_uid(frame) -> int | None:
+    """The peer's uid on an ipc connection, from its Peer-Address."""
+    address = _peer_address(frame)
+    credentials = None if address is None else _ipc_credentials(address)
+    return None if credentials is None else credentials[0]
 
 
 def curve_key(frame) -> str | None:
