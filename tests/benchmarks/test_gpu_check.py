@@ -19,8 +19,8 @@ def check(tmp_path_factory):
     """One run for the whole module, smaller than --cpu's defaults: every case and table, few requests each
     (the suite's time is bounded; the figures are not judged on a CPU)."""
     out = tmp_path_factory.mktemp("gpu-check") / "check.json"
-    proc = subprocess.run([str(SCRIPT), "--cpu", "--shape", "tiny", "--parity-n", "4", "--requests", "16",
-                           "--clients", "4", "--rounds", "1", "--idle-requests", "8", "--out", str(out)],
+    proc = subprocess.run([str(SCRIPT), "--cpu", "--shape", "tiny", "--parity-n", "2", "--requests", "8",
+                           "--clients", "4", "--rounds", "1", "--idle-requests", "4", "--out", str(out)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(out.read_text())
