@@ -24,9 +24,10 @@ $(STARTER)/head.pt: | install
 
 # Two pytest-xdist workers: most of the suite waits on daemons it started, so two at once
 # keep both cores busy. Tests share nothing on disk or on sockets (each has its own tmp dir);
-# loadfile keeps each file on one worker, in order, with its module-scoped daemon.
+# loadfile keeps each file on one worker, in order, with its module-scoped daemon; files are handed
+# out in the order collected, longest first (tests/conftest.py, SLOW_FIRST), not by test count.
 test: install node-example
-	$(PY) -m pytest -q -n 2 --dist loadfile
+	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
 
 # The mutation check (scripts/mutate.py): plausible one-line bugs planted one at a time, each run
 # against the tests that cover its module; prints the score and the survivors, exit 1 below 95%.
