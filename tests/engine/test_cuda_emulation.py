@@ -20,7 +20,7 @@ from jevany_daemon.parity import compare
 
 from .cuda_like import cuda_like_sdpa
 
-REQUESTS = workloads.mixed(24, seed=11, max_words=30)
+REQUESTS = workloads.mixed(16, seed=11, max_words=30)
 TOLERANCE = 1e-5
 CASES = [
     (arch, readout, layout)
