@@ -19,18 +19,18 @@ TEST_THREADS = max(1, min(2, (os.cpu_count() or 1) // int(os.environ.get("PYTEST
 # collected (`make test` turns off xdist's own order, by number of tests, which left the longest
 # files, with few tests each, to the end: one worker alone on them while the other idled). The
 # files that take longest go first, longest first; the rest keep pytest's order. Seconds are one
-# full run's (--durations, summed per file, 2 cores), to be remeasured as files grow.
+# full run's (--durations, summed per file, 2 cores, a slow machine), to be remeasured as files grow.
 SLOW_FIRST = (
     "tests/test_readme.py",                      # 136: every docs example, 8 daemons
     "tests/server/test_lifecycle.py",            # 88
     "tests/server/test_http.py",                 # 85
-    "tests/benchmarks/test_gpu_check.py",        # 121 before its run was cut to about 70
+    "tests/benchmarks/test_gpu_check.py",        # 121; 87 once its run was cut
     "tests/server/test_media_requests.py",       # 78
     "tests/engine/test_parity.py",               # 70: trains the starter model others share
     "tests/reliability/test_soak.py",            # 76, mostly waiting: 60 s of moderate load
     "tests/server/test_error_codes.py",          # 70
     "tests/server/test_reload.py",               # 64
-    "tests/benchmarks/test_bench_parity.py",     # 108 before its run was cut to about 45
+    "tests/benchmarks/test_bench_parity.py",     # 108; 66 once its run was cut
     "tests/server/test_supervision.py",          # 45
     "tests/server/test_device_faults.py",        # 39
 )
