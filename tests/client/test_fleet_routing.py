@@ -5,8 +5,10 @@ UDP server in this process (dnspython's messages), whose records a test changes.
 """
 import asyncio
 import socket
+import tempfile
 import threading
 import time
+from pathlib import Path
 from types import SimpleNamespace
 
 import dns.message
@@ -93,7 +95,9 @@ def test_a_daemon_whose_handshake_has_not_finished_is_waited_for_not_skipped(soc
     # connect grace for it before going elsewhere, as for a connection not yet made.
     monkeypatch.setattr(fleet, "CONNECT_GRACE_S", 1.0)
     mute = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    path = socket_dir / "mute.sock"
+    # a folder of its own: socket_dir is shared by the worker's session, and a fake daemon named
+    # "mute" elsewhere (test_eval_exits) leaves a socket file of that name behind when it is stopped
+    path = Path(tempfile.mkdtemp(dir=socket_dir)) / "mute.sock"
     mute.bind(str(path))
     mute.listen(8)
     try:
