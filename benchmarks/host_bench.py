@@ -115,6 +115,9 @@ def run_case(engine: Engine, case: str, n: int, repeats: int) -> dict:
     runs = []
     for i in range(repeats + 1):
         engine.clear_prefix_cache()          # every repeat of misses meets an empty cache
+        # and counts its replies' output tokens as a daemon does, whose replies (their probabilities)
+        # are new texts pass after pass: the same batch again would find every count remembered
+        engine.output_tokens.forget()
         if case == "hits":
             engine.score([engine.admit(b) for b in batch])    # keep the states, unmeasured
         runs.append(measure(engine, batch, probe, ops=i == repeats))

@@ -19,7 +19,7 @@ from .faults import (DeviceLost, NonFiniteError, check_finite, is_device_lost, i
 from .media_pass import media_forward
 from .pass_inputs import Upload
 from .readouts import split
-from .shaping import answers_of, counted_text
+from .shaping import answers_of
 from .stats import BatchRecord
 from .stream import Ticket
 
@@ -172,7 +172,7 @@ class Passes:
             at += n
         replies = [o for o in outcomes if not isinstance(o, JevanyError)]
         with engine.admission.tokenizer_lock:
-            counts = iter(engine.output_tokens.counts([counted_text(o) for o in replies]))
+            counts = iter(engine.output_tokens.counts(replies))
         size, padded = len(batch), launched.padded
         return [o if isinstance(o, JevanyError) else {
             "model": engine.model.model_id,
