@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 import prefix_cache_bench
-from harness import HERE, ClientPool, Daemon, median, percentile, timed
+from harness import HERE, ClientPool, Daemon, like_a_worker, malloc_in_effect, median, percentile, timed
 from jevany_daemon import workloads
 from jevany_daemon.config import EngineConfig
 from jevany_daemon.engine.engine import Engine
@@ -107,10 +107,10 @@ class InProcess:
     time in arrival order (the most a server with that many clients can hold).
     """
 
-    def __init__(self, model, batch: int, layout: str = "auto"):
+    def __init__(self, model, batch: int, layout: str = "auto", **settings):
         self.batch = batch
-        self.serial = engine(model, layout=layout)
-        self.ideal = engine(model, layout=layout, max_batch_size=batch, batch_policy="greedy")
+        self.serial = engine(model, layout=layout, **settings)
+        self.ideal = engine(model, layout=layout, max_batch_size=batch, batch_policy="greedy", **settings)
 
     def call(self, body: dict) -> dict:
         """One request as a caller of the engine pays for it: validation and tokenization too."""
@@ -263,8 +263,10 @@ def measure_throughput(w: dict, name: str, model, bodies: list, tokens: float, r
             for b, d in daemons.items():
                 w["daemon"].append(summary(b, c, [pool.run(d, bodies, c)], tokens))
     if name == "multi_question":
-        rows = InProcess(model, batch, layout="rows")
-        state_once = [ref.ideal_rps(bodies) for _ in range(args.rounds)]
+        # The layouts compared, each serving every request: with the prefix cache on (the default),
+        # every request would go the cache's way, which runs a state once whatever the layout.
+        once, rows = InProcess(model, batch, prefix_cache=0), InProcess(model, batch, layout="rows", prefix_cache=0)
+        state_once = [once.ideal_rps(bodies) for _ in range(args.rounds)]
         plain = [rows.ideal_rps(bodies) for _ in range(args.rounds)]
         w["rows_inprocess"] = {"ideal_rps": median(plain), "ideal_rps_rounds": plain}
         w["ratios"]["state_once_over_rows"] = median([x / y for x, y in zip(state_once, plain)])
@@ -294,7 +296,7 @@ def run(args) -> dict:
     result = {"machine": {"python": platform.python_version(), "torch": torch.__version__,
                           "cpus": os.cpu_count(), "device": args.device, "dtype": args.dtype,
                           "shape": args.shape, "threads": args.threads, "quick": quick,
-                          "serve_args": args.serve_args, "rounds": args.rounds}}
+                          "serve_args": args.serve_args, "rounds": args.rounds, "worker_env": malloc_in_effect()}}
     result["parity"] = []
     if not args.idle_only:
         print("parity (batched vs serial, per readout, layout and dtype)", flush=True)
@@ -401,7 +403,9 @@ def plot(result: dict, path: Path) -> bool:
 
 
 def main() -> None:
-    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    # no abbreviations: like_a_worker reads --glibc-malloc from the command line whole
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                allow_abbrev=False)
     p.add_argument("--quick", action="store_true", help="fewer requests and concurrencies (< 2 min)")
     p.add_argument("--parity-only", action="store_true", help="only the parity report (what CI runs)")
     p.add_argument("--idle-only", action="store_true", help="only concurrency 1 (targets 1a and 1b): no parity, "
@@ -423,6 +427,8 @@ def main() -> None:
                    help="torch threads of the in-process references")
     p.add_argument("--serve-args", type=shlex.split, default=[],
                    help="more jevany-daemon serve flags for both daemons, e.g. '--cpu-threads 1'")
+    p.add_argument("--glibc-malloc", action="store_true",
+                   help="the in-process references under glibc's own malloc thresholds, not a worker's")
     p.add_argument("--out-dir", type=Path, default=HERE / "results")
     p.add_argument("--name", help="result file stem [default: DEVICE-DTYPE-SHAPE[-quick]]")
     args = p.parse_args()
@@ -441,4 +447,5 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    like_a_worker()     # the in-process references run as a worker does, and leave no thread spinning
     main()

@@ -64,21 +64,24 @@ def alternating(settings: list[str], rounds: int, measure) -> dict[str, list]:
 
 
 def like_a_worker() -> None:
-    """Run this script again under the glibc malloc settings a worker gets (server/workers.py), unless
-    --glibc-malloc is on its command line or an operator tunes malloc already: glibc reads them as a
-    process starts, and what a script measures in its own process stands for a worker."""
-    from jevany_daemon.server.workers import malloc_settings
+    """Run this script again under the settings a worker gets (server/workers.py): OpenMP's wait policy,
+    and glibc's malloc thresholds unless --glibc-malloc is on its command line; an operator's own
+    settings win. Both are read as a process starts, and what a script measures in its own process
+    stands for a worker (and must not disturb one: threads left spinning take the daemon's cores)."""
+    from jevany_daemon.server.workers import malloc_settings, thread_settings
 
-    extra = malloc_settings(os.environ)
-    if extra and "--glibc-malloc" not in sys.argv:
+    extra = thread_settings(os.environ)
+    if "--glibc-malloc" not in sys.argv:
+        extra.update(malloc_settings(os.environ))
+    if extra:
         os.execve(sys.executable, sys.orig_argv, {**os.environ, **extra})    # the interpreter's flags kept
 
 
 def malloc_in_effect() -> dict:
-    """The worker's malloc variables as this process has them (None: glibc's default), for a result."""
-    from jevany_daemon.server.workers import MALLOC_DEFAULTS
+    """The worker's malloc and thread variables as this process has them (None: the default), for a result."""
+    from jevany_daemon.server.workers import MALLOC_DEFAULTS, THREAD_DEFAULTS
 
-    return {k: os.environ.get(k) for k in MALLOC_DEFAULTS}
+    return {k: os.environ.get(k) for k in (*MALLOC_DEFAULTS, *THREAD_DEFAULTS, "GOMP_SPINCOUNT")}
 
 
 def write_result(result: dict, path: Path) -> None:

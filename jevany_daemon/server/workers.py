@@ -153,18 +153,28 @@ def worker_launch(identity: str, backend: str, settings: dict, env=os.environ) -
     settings it is handed: it is shown only the GPUs it serves, by its own names."""
     view = worker_view(settings["device"], env)
     worker_env = worker_environment(env)
-    # OpenMP's threads, once a parallel region ends, spin for a while before they sleep (libgomp's
-    # default). With client processes on the same cores, the spinning threads take the cores the
-    # next region needs: a pass then cost 3x its CPU time and 2-3x its wall time, at random
-    # (benchmarks/omp_wait.py). Passive waiting costs nothing measurable when the cores are free.
-    # An operator's own setting wins.
-    worker_env.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    worker_env.update(thread_settings(worker_env))
     worker_env.update(malloc_settings(worker_env))
     if view.cuda_visible is not None:
         worker_env["CUDA_VISIBLE_DEVICES"] = view.cuda_visible
     argv = [sys.executable, "-m", "jevany_daemon.server.worker", "--backend", backend, "--identity", identity,
             "--parent", str(os.getpid())]
     return argv, worker_env, {**settings, "device": view.device}
+
+
+# OpenMP's threads, once a parallel region ends, spin for a while before they sleep (libgomp's
+# default: 300,000 turns, milliseconds). With client processes on the same cores, the spinning threads
+# take the cores the next region needs: a pass then cost 3x its CPU time and 2-3x its wall time, at
+# random (benchmarks/omp_wait.py). Passive waiting is not free: on free cores each region wakes its
+# threads, and a lone short request at 2 threads took 23 ms against 14 with a spin of 1,000 turns
+# (GOMP_SPINCOUNT=1000), which in turn cost 9-25% beside busy processes. No cliffs wins: an operator
+# whose workers have cores to themselves may set GOMP_SPINCOUNT (docs/OPERATING.md).
+THREAD_DEFAULTS = {"OMP_WAIT_POLICY": "PASSIVE"}
+
+
+def thread_settings(env) -> dict:
+    """THREAD_DEFAULTS, unless the operator set OpenMP's wait policy already: their setting wins."""
+    return {} if "OMP_WAIT_POLICY" in env else dict(THREAD_DEFAULTS)
 
 
 # glibc hands a freed block over its mmap threshold (128 KiB, raised as such blocks are freed) back to

@@ -85,6 +85,9 @@ def test_a_workers_openmp_threads_wait_passively_unless_the_operator_says_otherw
     assert worker_env["OMP_WAIT_POLICY"] == "PASSIVE"
     _, worker_env, _ = worker_launch("w0.1", "ipc:///tmp/b", {"device": "cpu"}, {"OMP_WAIT_POLICY": "ACTIVE"})
     assert worker_env["OMP_WAIT_POLICY"] == "ACTIVE"
+    # A short spin for workers with cores of their own (docs/OPERATING.md): passive, spinning that long first.
+    _, worker_env, _ = worker_launch("w0.1", "ipc:///tmp/b", {"device": "cpu"}, {"GOMP_SPINCOUNT": "1000"})
+    assert worker_env["OMP_WAIT_POLICY"] == "PASSIVE" and worker_env["GOMP_SPINCOUNT"] == "1000"
 
 
 def test_a_worker_keeps_its_passes_memory_unless_the_operator_tunes_malloc():
