@@ -39,7 +39,7 @@ from pathlib import Path
 import torch
 
 import prefix_cache_bench
-from harness import HERE, ClientPool, Daemon, like_a_worker, malloc_in_effect, median, percentile, timed
+from harness import HERE, ClientPool, Daemon, like_a_worker, worker_env_in_effect, median, percentile, timed
 from jevany_daemon import workloads
 from jevany_daemon.config import EngineConfig
 from jevany_daemon.engine.engine import Engine
@@ -296,7 +296,7 @@ def run(args) -> dict:
     result = {"machine": {"python": platform.python_version(), "torch": torch.__version__,
                           "cpus": os.cpu_count(), "device": args.device, "dtype": args.dtype,
                           "shape": args.shape, "threads": args.threads, "quick": quick,
-                          "serve_args": args.serve_args, "rounds": args.rounds, "worker_env": malloc_in_effect()}}
+                          "serve_args": args.serve_args, "rounds": args.rounds, "worker_env": worker_env_in_effect()}}
     result["parity"] = []
     if not args.idle_only:
         print("parity (batched vs serial, per readout, layout and dtype)", flush=True)

@@ -77,7 +77,7 @@ def like_a_worker() -> None:
         os.execve(sys.executable, sys.orig_argv, {**os.environ, **extra})    # the interpreter's flags kept
 
 
-def malloc_in_effect() -> dict:
+def worker_env_in_effect() -> dict:
     """The worker's malloc and thread variables as this process has them (None: the default), for a result."""
     from jevany_daemon.server.workers import MALLOC_DEFAULTS, THREAD_DEFAULTS
 

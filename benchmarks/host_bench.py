@@ -54,7 +54,7 @@ from pathlib import Path
 
 import torch
 
-from harness import like_a_worker, machine, malloc_in_effect, write_result
+from harness import like_a_worker, machine, worker_env_in_effect, write_result
 from jevany_daemon import workloads
 from jevany_daemon.config import EngineConfig
 from jevany_daemon.engine.engine import Engine
@@ -198,7 +198,7 @@ def main(argv=None) -> int:
     for t in targets:
         print(f"  [{'PASS' if t['met'] else 'FAIL'}] {t['target']}: {t['value']} ({t['bound']})")
     result = {"machine": machine(torch=torch.__version__, threads=1),
-              "malloc": malloc_in_effect(),
+              "malloc": worker_env_in_effect(),
               "requests": args.requests, "repeats": repeats, "shape": args.shape, "results": results, "targets": targets}
     write_result(result, args.out)
     return 0 if all(t["met"] for t in targets) else 1

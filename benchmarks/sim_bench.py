@@ -35,7 +35,7 @@ from pathlib import Path
 
 import torch
 
-from harness import HERE, ClientPool, Daemon, like_a_worker, machine, malloc_in_effect, write_result
+from harness import HERE, ClientPool, Daemon, like_a_worker, machine, worker_env_in_effect, write_result
 from jevany_daemon import workloads
 from jevany_daemon.config import EngineConfig
 from jevany_daemon.engine.engine import Engine
@@ -145,7 +145,7 @@ def main(argv=None) -> int:
     result = {"machine": machine(torch=torch.__version__),
               "settings": {"pass_ms": args.pass_ms, "clients": args.clients, "requests_per_round": args.requests,
                            "model": "qwen3 micro (28 layers, hidden 16), attention free", "readout": "choice",
-                           "serve_args": list(extra), "malloc": malloc_in_effect()},
+                           "serve_args": list(extra), "malloc": worker_env_in_effect()},
               "rounds": rounds, "median": median,
               "gather": status.get("batching", {}).get("gather"), "targets": targets,
               "when": time.strftime("%Y-%m-%d %H:%M:%S")}

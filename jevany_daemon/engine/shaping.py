@@ -22,9 +22,9 @@ character a number can hold (0-9 . e + -) is one token alone; the
 pre-tokenizer cuts each of them from its neighbours, in the places JSON puts
 numbers; and on probes covering every pair of adjacent characters a number
 can hold, the whole text's count equals the skeleton's plus the digits'.
-Qwen's tokenizers pass (their pre-tokenizer splits digits one by one);
-one that merges digits (GPT-2's, Llama 3's groups of three) does not, and is
-counted whole. A number is counted this way only when its text starts with
+Qwen2's pre-tokenizer splits digits one by one, so tokenizers built on it
+should pass (the tests' tiny tokenizer, which uses it, does); one that merges
+digits (GPT-2's, Llama 3's groups of three) does not, and is counted whole. A number is counted this way only when its text starts with
 a digit: a sign would join the space before it in one piece.
 """
 import json
