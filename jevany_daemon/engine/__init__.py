@@ -3,6 +3,7 @@
 admission.py     a request validated and encoded; a hand-over admitted in one batched tokenization
 prompts.py       request → tokens (native delimiters or choice-token chat prompt)
 chat_prompt.py   the chat template rendered once: constant token ids around the user message
+piecewise.py     texts tokenized by pieces the tokenizer provably cuts at (lines, words), each remembered
 batching.py      which requests share a pass, and who runs it (group commit)
 policy.py        when batching pays, learnt from the passes run
 layouts.py       tokens → forward passes (rows, packed, or shared: prefix, then branches from its cache)

@@ -9,7 +9,8 @@ when the pieces are cut exactly at those tokens. ``ChatPrompt`` renders the
 template once around a sentinel user message, keeps the ids of the
 constant pieces, and tokenizes per question only the piece that holds the
 user message (from the last special token before it to the first after it),
-for every question of a hand-over in one batched call.
+for every question of a hand-over in one batched call (by its lines, each
+remembered, where the tokenizer provably cuts between lines: piecewise.py).
 
 Exact or not at all: the template must render the same text around any
 user message, the tokens it cuts at must not strip the whitespace beside
@@ -18,6 +19,8 @@ them, and the result must equal tokenizing whole prompts on probes; else
 and prompts are rendered and tokenized whole, as before.
 """
 from dataclasses import dataclass
+
+from .piecewise import LINES, Piecewise, tokens_before
 
 _SENTINELS = ("\x00jevany-user-a\x00", "\x00jevany-user-b\x00 with more words\n")
 _PROBES = ("plain state\n\nask\n\nOptions:\nA. x\n\nAnswer:", " leading space", "\nleading newline and trailing\n",
@@ -37,6 +40,8 @@ class ChatPrompt:
     def __init__(self, tokenizer, render, piece: Piece):
         self.tokenizer, self.render, self.piece = tokenizer, render, piece
         self.backend = tokenizer.backend_tokenizer
+        # The varying piece by its lines, where the tokenizer provably cuts there (piecewise.py).
+        self.lines = Piecewise.build(tokenizer, LINES)
 
     @classmethod
     def build(cls, tokenizer, render) -> "ChatPrompt | None":
@@ -62,22 +67,14 @@ class ChatPrompt:
         """Each user message's prompt ids, and how many of them lie wholly before character ends[i] of
         the message (the markup before it always does, the markup after it never); one batched call."""
         p = self.piece
-        encodings = self.backend.encode_batch([p.opening + u + p.closing for u in users], add_special_tokens=False)
-        shift, head, tail, out = len(p.opening), list(p.head), list(p.tail), []
-        for e, end in zip(encodings, ends):
-            out.append((head + e.ids + tail, len(head) + tokens_before(e.offsets, shift + end)))
-        return out
-
-
-def tokens_before(offsets: list[tuple[int, int]], end: int) -> int:
-    """How many leading tokens (by their (start, end) character offsets) end at or before `end`: walks
-    only those, and the one after them."""
-    n = 0
-    for _, stop in offsets:
-        if stop > end:
-            break
-        n += 1
-    return n
+        texts, shift = [p.opening + u + p.closing for u in users], len(p.opening)
+        if self.lines is not None:
+            encoded = self.lines.encode(texts, [shift + end for end in ends])
+        else:
+            encoded = [(e.ids, tokens_before((stop for _, stop in e.offsets), shift + end))
+                       for e, end in zip(self.backend.encode_batch(texts, add_special_tokens=False), ends)]
+        head, tail = list(p.head), list(p.tail)
+        return [(head + ids + tail, len(head) + before) for ids, before in encoded]
 
 
 def _piece(tokenizer, before: str, after: str) -> Piece | None:

@@ -16,7 +16,8 @@ from jevany_client.errors import ContextLengthError, JevanyError
 from jevany_client.render import native_options, render
 from jevany_client.schema import DecisionRequest, Question
 
-from .chat_prompt import ChatPrompt, tokens_before
+from .chat_prompt import ChatPrompt
+from .piecewise import tokens_before
 
 # Option IDs of the choice-token readout: A-Z then a-z.
 CHOICE_IDS = string.ascii_uppercase + string.ascii_lowercase
@@ -284,7 +285,8 @@ class ChoiceEncoder:
         starts = [max(0, t.rfind(u)) for t, u in zip(texts, users)]
         if self.fast:
             encodings = self.tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=False)
-            return [(e.ids, tokens_before(e.offsets, start + end)) for e, start, end in zip(encodings, starts, ends)]
+            return [(e.ids, tokens_before((stop for _, stop in e.offsets), start + end))
+                    for e, start, end in zip(encodings, starts, ends)]
         return [self._slow(t, start + end) for t, start, end in zip(texts, starts, ends)]
 
     def _slow(self, text: str, end: int) -> tuple[list[int], int]:

@@ -1,6 +1,6 @@
 """Prompt encoding: native delimiters, the choice-token prompt, and escaping of caller text."""
 from jevany_client.schema import parse_decision
-from jevany_daemon.engine.chat_prompt import tokens_before
+from jevany_daemon.engine.piecewise import tokens_before
 from jevany_daemon.engine.prompts import CHOICE_ANSWER_LINE, ChoiceEncoder, Limits, NativeEncoder, choice_descriptions
 
 ROOMY = Limits(8192, 8192, 8192)
@@ -115,8 +115,8 @@ def test_the_stem_is_the_head_and_the_state_whatever_is_asked(loaded_model):
 
 
 def test_tokens_before_counts_the_leading_tokens_that_end_by_a_character():
-    offsets = [(0, 2), (2, 5), (5, 5), (5, 9), (9, 12)]
-    assert [tokens_before(offsets, end) for end in (0, 2, 4, 5, 8, 9, 12, 99)] == [0, 1, 1, 3, 3, 4, 5, 5]
+    stops = [2, 5, 5, 9, 12]       # each token's end offset
+    assert [tokens_before(stops, end) for end in (0, 2, 4, 5, 8, 9, 12, 99)] == [0, 1, 1, 3, 3, 4, 5, 5]
     assert tokens_before([], 7) == 0
 
 
@@ -125,11 +125,14 @@ def test_the_rendered_once_prompt_and_the_whole_prompt_give_the_same_encoding(lo
     model = loaded_model("qwen3", "choice")
     fast, whole = ChoiceEncoder(model.tokenizer), ChoiceEncoder(model.tokenizer)
     whole.chat_prompt = None
-    assert fast.chat_prompt is not None
+    assert fast.chat_prompt is not None and fast.chat_prompt.lines is not None     # by lines, remembered
     requests = [parse_decision({"state": state, "questions": {
         "a": {"type": "noul", "instructions": "is it late?"}, "b": {"type": "score", "criteria": ["x", "y"]}}})
-        for state in ("refund parcel late " * 6, {"ticket": "lost", "n": 3}, "", "ends with a brace }")]
-    assert fast.encode_many(requests, ROOMY) == whole.encode_many(requests, ROOMY)
+        for state in ("refund parcel late " * 6, {"ticket": "lost", "n": 3}, "", "ends with a brace }",
+                      "two\nlines }\n", {"nested": {"deep": [1, "x\ny"]}, "k": "v"})]
+    expected = whole.encode_many(requests, ROOMY)
+    assert fast.encode_many(requests, ROOMY) == expected
+    assert fast.encode_many(requests[::-1], ROOMY) == expected[::-1]       # the same, from memory
     stems = [e.stem for e in fast.encode_many(requests, ROOMY)]
     assert all(stem[:len(fast.head)] == fast.head for i, stem in enumerate(stems) if i != 2)   # "" has no state
 
