@@ -67,13 +67,13 @@ ARCHS = {"qwen3": 28, "qwen3_5": 24}     # arch -> layers of the deep shape
 TARGETS = {"host_ms": 10.0, "ops_outside": 400}
 
 
-def bodies(case: str, n: int) -> list[dict]:
+def bodies(case: str, n: int, seed: int = 7) -> list[dict]:
     if case == "short":
-        return workloads.short(n, seed=7)
+        return workloads.short(n, seed=seed)
     # kept misses and hits: 4 states (the default --prefix-cache keeps 4), each long enough to be
     # kept with the prompt's head (--prefix-min-tokens 384), each asked about by n/8 requests: a
     # hybrid model's stem pass is costed once per request on it, so n would not fit --max-packed-tokens 8192
-    rng = random.Random(11)
+    rng = random.Random(seed)
     states = [workloads.request(rng, workloads._words_for(340), 1, structured=False)["state"] for _ in range(4)]
     questions = [workloads.request(rng, 1, 1)["questions"] for _ in range(n // 2)]
     return [{"state": states[i % 4], "questions": questions[i]} for i in range(n // 2)]
@@ -111,13 +111,12 @@ def measure(engine: Engine, batch: list[dict], probe: Probe, ops: bool) -> dict:
 
 def run_case(engine: Engine, case: str, n: int, repeats: int) -> dict:
     probe = Probe(engine)
-    batch = bodies(case, n)
     runs = []
     for i in range(repeats + 1):
         engine.clear_prefix_cache()          # every repeat of misses meets an empty cache
-        # and counts its replies' output tokens as a daemon does, whose replies (their probabilities)
-        # are new texts pass after pass: the same batch again would find every count remembered
-        engine.output_tokens.forget()
+        # and new requests, as a daemon meets them: the same batch again would find its texts' tokens
+        # remembered (the prompts' lines, the replies' counts), which no stream of new requests does
+        batch = bodies(case, n, seed=1000 + i)
         if case == "hits":
             engine.score([engine.admit(b) for b in batch])    # keep the states, unmeasured
         runs.append(measure(engine, batch, probe, ops=i == repeats))

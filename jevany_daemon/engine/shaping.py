@@ -15,7 +15,10 @@ character of a number a token of its own, a reply's count is its
 repeats whenever the questions do, so its count is a lookup) plus each
 number's characters but one. Elsewhere a pass counts its replies' whole
 texts in one batched call of the tokenizer's backend (prompts.encode_texts:
-the same ids). Either way the counts of texts seen are remembered, LRU.
+the same ids). Either way the counts of texts seen are remembered, LRU, and
+a text not seen is counted by its words where the tokenizer provably cuts
+before spaces (piecewise.py): only words no reply has used lately are
+tokenized.
 
 The proof, made once per tokenizer (``digits_stand_alone``): every
 character a number can hold (0-9 . e + -) is one token alone; the
@@ -34,9 +37,11 @@ from collections import OrderedDict
 from jevany_client.answers import jevany_answers, shape_answer, validate_answer
 from jevany_client.errors import InternalError
 
+from .piecewise import WORDS, Piecewise
 from .prompts import encode_texts
 
 REMEMBERED = 4096     # distinct texts whose token counts are kept
+WORDS_BUDGET = 2 << 20      # bytes of remembered words of replies (piecewise.Piecewise)
 NUMBER_CHARS = "0123456789.e+-"
 # Where json.dumps puts a number: after ": " or "[" or ", ", before "," or "}" or "]".
 _PLACES = (('{"a": ', "}"), ('{"a": ', ', "b": 1}'), ('{"a": [', "]}"), ('{"a": [1, ', ", 2]}"))
@@ -101,11 +106,10 @@ class OutputTokens:
     def __init__(self, tokenizer, remembered: int = REMEMBERED):
         self.tokenizer, self.remembered = tokenizer, remembered
         self.by_skeleton = digits_stand_alone(tokenizer)
+        # A text not seen is counted by its words, where the tokenizer provably cuts before spaces
+        # (piecewise.py): a reply's keys, types and option names recur across replies that differ.
+        self.words = Piecewise.build(tokenizer, WORDS, budget=WORDS_BUDGET)
         self._known: OrderedDict[str, int] = OrderedDict()
-
-    def forget(self) -> None:
-        """Drop every remembered count (benchmarks: a pass of replies never seen)."""
-        self._known.clear()
 
     def counts(self, answers: list[dict]) -> list[int]:
         """Each request's answers (as shaped, ours included) → JevAny's usage.output_tokens."""
@@ -120,8 +124,10 @@ class OutputTokens:
                 texts.append(json.dumps(written))
                 extra.append(0)
         todo = [t for t in dict.fromkeys(texts) if t not in self._known]
-        for text, ids in zip(todo, encode_texts(self.tokenizer, todo)):
-            self._known[text] = len(ids)
+        if todo:
+            counted = (self.words.count(todo) if self.words is not None
+                       else [len(ids) for ids in encode_texts(self.tokenizer, todo)])
+            self._known.update(zip(todo, counted))
         out = []
         for text, more in zip(texts, extra):
             self._known.move_to_end(text)
