@@ -154,17 +154,21 @@ class Piecewise:
         return out
 
     def _learn(self, parts: list[list[str]], missing, stops_of: set | None = None) -> None:
-        """Every piece known: those `missing` tokenized in one batched call, and every one marked used.
-        Remembered: a count (stops_of None), else (ids, their end offsets for the pieces in stops_of)."""
-        known = self._known
+        """Every piece known: those `missing` tokenized (batched: one call for the pieces whose offsets
+        are kept, one without offsets for the rest), and every one marked used. Remembered: a count
+        (stops_of None), else (ids, their end offsets for the pieces in stops_of, else None)."""
+        known, counting, stops_of = self._known, stops_of is None, stops_of or set()
         todo = [p for p in dict.fromkeys(p for pieces in parts for p in pieces) if missing(p)]
-        for piece, e in zip(todo, self.backend.encode_batch(todo, add_special_tokens=False) if todo else ()):
+        with_stops = [p for p in todo if p in stops_of]
+        plain = [p for p in todo if p not in stops_of]
+        backend = self.backend
+        learnt = [(p, e.ids, [stop for _, stop in e.offsets])
+                  for p, e in zip(with_stops, backend.encode_batch(with_stops, add_special_tokens=False))]
+        learnt += [(p, e.ids, None) for p, e in zip(plain, backend.encode_batch_fast(plain, add_special_tokens=False))]
+        for piece, ids, stops in learnt:
             if piece in known:
                 self._bytes -= _size(piece, known[piece])
-            if stops_of is None:
-                value = len(e.ids)
-            else:
-                value = (e.ids, [stop for _, stop in e.offsets] if piece in stops_of else None)
+            value = len(ids) if counting else (ids, stops)
             known[piece] = value
             self._bytes += _size(piece, value)
         for pieces in parts:

@@ -81,16 +81,25 @@ def test_a_piece_is_tokenized_once_until_it_is_forgotten(loaded_model):
             self.backend = backend
 
         def encode_batch(self, texts, **kw):
-            seen.append(list(texts))
-            return self.backend.encode_batch(texts, **kw)
+            return self._record(self.backend.encode_batch, texts, kw)
+
+        def encode_batch_fast(self, texts, **kw):
+            return self._record(self.backend.encode_batch_fast, texts, kw)
+
+        def _record(self, method, texts, kw):
+            if texts:
+                seen.append(list(texts))
+            return method(texts, **kw)
 
     lines.backend = Recording(lines.backend)
     question = "\n\nis it late?\n\nOptions:\nA. No\nB. Yes\n\nAnswer:"
     lines.encode(["first state" + question, "first state" + question, "second\nstate" + question], [11, 11, 12])
-    assert len(seen) == 1 and sorted(seen[0]) == sorted(set(seen[0]))          # one call, each piece once
-    assert "Options:\n" in seen[0] and "second\n" in seen[0]
+    first = [piece for call in seen for piece in call]
+    assert sorted(first) == sorted(set(first))                             # each piece once
+    assert "Options:\n" in first and "second\n" in first
+    seen.clear()
     lines.encode(["a new state" + question], [11])
-    assert seen[1] == ["a new state\n\n"]                                  # only what no text had
+    assert seen == [["a new state\n\n"]]                                 # only what no text had
     for i in range(200):                                                   # push everything else out
         lines.encode([f"filler {i} " * 8], [0])
     assert lines._bytes <= lines.budget

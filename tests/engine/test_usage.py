@@ -92,7 +92,9 @@ def test_a_tokenizer_whose_digits_stand_alone_counts_by_skeleton_exactly(loaded_
     assert counter.words is not None        # unknown texts are counted by their words (piecewise.py)
     backend = counter.words.backend
     monkeypatch.setattr(counter.words, "backend", type("Spy", (), {
-        "encode_batch": lambda self, texts, **kw: tokenized.extend(texts) or backend.encode_batch(texts, **kw)})())
+        "encode_batch": lambda self, texts, **kw: tokenized.extend(texts) or backend.encode_batch(texts, **kw),
+        "encode_batch_fast": lambda self, texts, **kw: tokenized.extend(texts) or backend.encode_batch_fast(texts, **kw),
+    })())
     fresh = [{"c": random_answers(rng)["c"]} for _ in range(32)]
     assert counter.counts(fresh) == [tokens(tokenizer, jevany_answers(a)) for a in fresh]
     assert tokenized == []
