@@ -35,7 +35,10 @@ a stem pass of its own (its recurrent state exists only at the end of what a
 forward computed), so kept misses take two forwards there; every other case
 takes one. Every pass holds all of its case's requests (greedy policy, no
 padding cap), so the figures are per pass; the default CPU settings would
-split them by width.
+split them by width. Every timed pass is of new texts (a new draw of short
+requests; the kept states opened by the repeat's number), as a daemon meets
+them: the same batch again would find its prompts' lines and its replies'
+words remembered (engine/piecewise.py).
 
 It runs under the glibc malloc settings a worker gets (server/workers.py,
 MALLOC_DEFAULTS: it runs itself again with them) unless --glibc-malloc, or
@@ -67,14 +70,19 @@ ARCHS = {"qwen3": 28, "qwen3_5": 24}     # arch -> layers of the deep shape
 TARGETS = {"host_ms": 10.0, "ops_outside": 400}
 
 
-def bodies(case: str, n: int, seed: int = 7) -> list[dict]:
+def bodies(case: str, n: int, repeat: int) -> list[dict]:
+    """The case's requests for one repeat: new texts each repeat, as a daemon meets a stream of requests
+    (the same batch again would find its texts' tokens remembered: prompt lines, reply words)."""
     if case == "short":
-        return workloads.short(n, seed=seed)
+        return workloads.short(n, seed=1000 + repeat)
     # kept misses and hits: 4 states (the default --prefix-cache keeps 4), each long enough to be
     # kept with the prompt's head (--prefix-min-tokens 384), each asked about by n/8 requests: a
-    # hybrid model's stem pass is costed once per request on it, so n would not fit --max-packed-tokens 8192
-    rng = random.Random(seed)
-    states = [workloads.request(rng, workloads._words_for(340), 1, structured=False)["state"] for _ in range(4)]
+    # hybrid model's stem pass is costed once per request on it, so n would not fit --max-packed-tokens 8192.
+    # The same states and questions every repeat, each state opened by the repeat's number: new texts
+    # of the lengths these budgets were set for.
+    rng = random.Random(11)
+    states = [f"repeat {repeat}: " + workloads.request(rng, workloads._words_for(340), 1, structured=False)["state"]
+              for _ in range(4)]
     questions = [workloads.request(rng, 1, 1)["questions"] for _ in range(n // 2)]
     return [{"state": states[i % 4], "questions": questions[i]} for i in range(n // 2)]
 
@@ -114,9 +122,7 @@ def run_case(engine: Engine, case: str, n: int, repeats: int) -> dict:
     runs = []
     for i in range(repeats + 1):
         engine.clear_prefix_cache()          # every repeat of misses meets an empty cache
-        # and new requests, as a daemon meets them: the same batch again would find its texts' tokens
-        # remembered (the prompts' lines, the replies' counts), which no stream of new requests does
-        batch = bodies(case, n, seed=1000 + i)
+        batch = bodies(case, n, i)
         if case == "hits":
             engine.score([engine.admit(b) for b in batch])    # keep the states, unmeasured
         runs.append(measure(engine, batch, probe, ops=i == repeats))
@@ -133,7 +139,7 @@ def build_engine(root: Path, arch: str, shape: str) -> Engine:
     model = load_model(str(path), readout="choice", device="cpu")
     config = EngineConfig(max_batch_size=32, batch_policy="greedy", max_padding_waste=1.0)
     engine = Engine(model, config)
-    engine.score([engine.admit(b) for b in bodies("short", 4)])    # warm: the pinned head, first-call costs
+    engine.score([engine.admit(b) for b in workloads.short(4, seed=7)])    # warm: the pinned head, first-call costs
     engine.reset_statistics()
     return engine
 
