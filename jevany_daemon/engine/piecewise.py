@@ -36,6 +36,7 @@ whole text's tokens) leaves the caller tokenizing whole texts, as before.
 """
 import json
 import re
+import sys
 from collections import OrderedDict
 
 LINES = re.compile(r"(?<=\n)(?=\S)")
@@ -58,7 +59,7 @@ _PROBES = ("a\nb", "}\n\nb c", "x \n y\n\n\nz", "end.\n- item\n  indented\n\tTab
            "a\x1cb \x1dc\n\x1ed", "e\u0301 \u0301x\n\u0301y", "it's 'S 'll\n's", "12 345\n6789 0", "\r\nx\ry \r\n\r\nz",
            '{"q0": {"type": "noul", "noul": 0}, "k": [0, 0]}', "émoji ✓ ‹im_start|> and <no special>\n\nAnswer:",
            "Options:\nA. No\nB. Yes\n\nAnswer with the ID:", "   \n  \n", "", " ", "\n")
-BUDGET = 16 << 20     # bytes of remembered pieces, as estimated by _size
+BUDGET = 16 << 20     # bytes of remembered pieces (lines of prompts), as estimated by _size
 
 
 def cuts_hold(backend) -> bool:
@@ -96,11 +97,11 @@ def cuts_hold(backend) -> bool:
 
 
 def _size(piece: str, value) -> int:
-    """Roughly what a remembered piece holds, in bytes: the text, and per token a reference and an int
-    (and an offset where kept)."""
+    """Roughly what a remembered piece holds, in bytes: the text as stored (4 bytes a character where
+    one needs them), its entry, and per token a reference and an int (and an offset where kept)."""
     if not isinstance(value, tuple):
-        return 2 * len(piece) + 100
-    return 2 * len(piece) + 140 + (36 + (36 if value[1] is not None else 0)) * len(value[0])
+        return sys.getsizeof(piece) + 100
+    return sys.getsizeof(piece) + 140 + (36 + (36 if value[1] is not None else 0)) * len(value[0])
 
 
 class Piecewise:
@@ -119,10 +120,6 @@ class Piecewise:
         """For a transformers tokenizer; None unless it is fast and its cuts hold."""
         backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
         return cls(backend, cut, budget) if backend is not None and cuts_hold(backend) else None
-
-    def forget(self) -> None:
-        self._known.clear()
-        self._bytes = 0
 
     def encode(self, texts: list[str], ends: list[int]) -> list[tuple[list[int], int]]:
         """Each text's ids, and how many of its leading tokens end at or before character ends[i]."""
