@@ -82,6 +82,18 @@ def long_uneven(n: int, seed: int = 0) -> list[dict]:
     return [request(rng, _words_for(rng.randint(50, 400)), 1, structured=False) for _ in range(n)]
 
 
+def recurring(n: int, seed: int = 0, questions: int = 9) -> list[dict]:
+    """short()'s states, new with every seed, asked questions from one fixed set (the same for every seed):
+    an evaluation fleet asking the same questions of new states."""
+    fixed_rng = random.Random(5)
+    fixed = [_question(fixed_rng, ("choice", "noul", "score")[i % 3], 3) for i in range(questions)]
+    out = short(n, seed)
+    rng = random.Random(seed)
+    for body in out:
+        body["questions"] = {qid: rng.choice(fixed) for qid in body["questions"]}
+    return out
+
+
 def multi_question(n: int, seed: int = 0) -> list[dict]:
     """Four questions sharing one 300-token state: where running the state once pays."""
     rng = random.Random(seed)

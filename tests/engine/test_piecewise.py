@@ -133,3 +133,29 @@ def test_a_split_not_argued_for_or_a_pipeline_that_joins_is_tokenized_whole():
     spaced = _trained(QWEN2)
     spaced.add_tokens(["two words"])
     assert Piecewise.build(spaced, WORDS) is None
+
+
+def test_a_fleet_asking_the_same_questions_tokenizes_only_its_new_states(make_engine):
+    from jevany_daemon import workloads
+
+    engine = make_engine("qwen3", "choice")
+    lines = engine.encoder.chat_prompt.lines
+    engine.admit_many(workloads.recurring(32, seed=1))       # the questions' lines, learnt
+    new = []
+    backend = lines.backend
+
+    class Spy:
+        def encode_batch(self, texts, **kw):
+            new.extend(texts)
+            return backend.encode_batch(texts, **kw)
+
+        def encode_batch_fast(self, texts, **kw):
+            new.extend(texts)
+            return backend.encode_batch_fast(texts, **kw)
+
+    lines.backend = Spy()
+    bodies = workloads.recurring(32, seed=2)
+    admitted = engine.admit_many(bodies)
+    states = {b["state"] for b in bodies}
+    assert new and all(piece.rstrip("\n") in states for piece in new)    # nothing of the questions again
+    assert all(not isinstance(a, Exception) for a in admitted)
