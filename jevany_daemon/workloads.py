@@ -3,6 +3,7 @@
 Each generator takes a seed and returns wire-format ``decide`` bodies, so the
 same request set can be scored in-process and through the daemon.
 """
+import copy
 import random
 
 WORDS = (
@@ -90,7 +91,7 @@ def recurring(n: int, seed: int = 0, questions: int = 9) -> list[dict]:
     out = short(n, seed)
     rng = random.Random(seed)
     for body in out:
-        body["questions"] = {qid: rng.choice(fixed) for qid in body["questions"]}
+        body["questions"] = {qid: copy.deepcopy(rng.choice(fixed)) for qid in body["questions"]}
     return out
 
 
