@@ -96,6 +96,11 @@ def cuts_hold(backend) -> bool:
     return True
 
 
+def fast_backend(tokenizer):
+    """A transformers tokenizer's tokenizers.Tokenizer, or None for a slow tokenizer."""
+    return getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+
+
 def _size(piece: str, value) -> int:
     """Roughly what a remembered piece holds, in bytes: the text as stored (4 bytes a character where
     one needs them), its entry, and per token a reference and an int (and an offset where kept)."""
@@ -118,7 +123,7 @@ class Piecewise:
     @classmethod
     def build(cls, tokenizer, cut: re.Pattern, budget: int = BUDGET) -> "Piecewise | None":
         """For a transformers tokenizer; None unless it is fast and its cuts hold."""
-        backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+        backend = fast_backend(tokenizer)
         return cls(backend, cut, budget) if backend is not None and cuts_hold(backend) else None
 
     def encode(self, texts: list[str], ends: list[int]) -> list[tuple[list[int], int]]:

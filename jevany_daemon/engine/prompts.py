@@ -17,7 +17,7 @@ from jevany_client.render import native_options, render
 from jevany_client.schema import DecisionRequest, Question
 
 from .chat_prompt import ChatPrompt
-from .piecewise import tokens_before
+from .piecewise import fast_backend, tokens_before
 
 # Option IDs of the choice-token readout: A-Z then a-z.
 CHOICE_IDS = string.ascii_uppercase + string.ascii_lowercase
@@ -94,7 +94,7 @@ def encode_texts(tokenizer, texts: list[str]) -> list[list[int]]:
     todo = [i for i, t in enumerate(texts) if t]
     if not todo:
         return ids
-    backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+    backend = fast_backend(tokenizer)
     if backend is not None:
         for i, e in zip(todo, backend.encode_batch([texts[i] for i in todo], add_special_tokens=False)):
             ids[i] = e.ids

@@ -27,8 +27,9 @@ numbers; and on probes covering every pair of adjacent characters a number
 can hold, the whole text's count equals the skeleton's plus the digits'.
 Qwen2's pre-tokenizer splits digits one by one, so tokenizers built on it
 should pass (the tests' tiny tokenizer, which uses it, does); one that merges
-digits (GPT-2's, Llama 3's groups of three) does not, and is counted whole. A number is counted this way only when its text starts with
-a digit: a sign would join the space before it in one piece.
+digits (GPT-2's, Llama 3's groups of three) does not, and its replies' whole
+texts are counted. A number is counted this way only when its text starts
+with a digit: a sign would join the space before it in one piece.
 """
 import json
 import math
@@ -37,7 +38,7 @@ from collections import OrderedDict
 from jevany_client.answers import jevany_answers, shape_answer, validate_answer
 from jevany_client.errors import InternalError
 
-from .piecewise import WORDS, Piecewise
+from .piecewise import WORDS, Piecewise, fast_backend
 from .prompts import encode_texts
 
 REMEMBERED = 4096     # distinct texts whose token counts are kept
@@ -56,7 +57,7 @@ def _probe_numbers() -> list[str]:
 
 def digits_stand_alone(tokenizer) -> bool:
     """True where a number's token count in JSON is exactly its length, wherever JSON puts it (see above)."""
-    backend = getattr(tokenizer, "backend_tokenizer", None) if getattr(tokenizer, "is_fast", False) else None
+    backend = fast_backend(tokenizer)
     if backend is None:
         return False
     try:
