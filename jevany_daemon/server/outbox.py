@@ -14,7 +14,9 @@ Two things a ROUTER will not do for us:
   buffer's fill is SIOCOUTQ): past SOFT_BYTES for GRACE_S, or past
   HARD_BYTES at once, further replies to it are dropped until it reads. A
   client that reads, however bursty, keeps its buffer draining and never
-  meets either bound.
+  meets either bound. What libzmq has queued but not yet written to the
+  kernel, and what the client's own libzmq takes in, cannot be seen this
+  way; the high-water mark bounds that part by count.
 """
 import array
 import fcntl
