@@ -137,7 +137,7 @@ def test_replies_held_for_a_client_that_stops_reading_are_bounded_in_bytes(route
     # bytes counted since its kernel queue was last seen draining. Before that account opens for good,
     # what goes by is the scheduler's doing: replies libzmq's I/O thread has not yet written leave the
     # queue reading near empty, and the reader's own libzmq drains it as it takes in a reply or two
-    # (about 9 MB in all, twice, on a busy machine). So that part is measured, not bounded here.
+    # (about 9 MB in all, twice, on a busy machine). So that part is left unbounded here.
     before = counted = 0
     while before + counted < 8 * HARD_BYTES and outbox.send(sock, envelope, reply):
         if outbox.held:
