@@ -17,6 +17,7 @@ from .calls import (
     Exchange,
     Pause,
     connect,
+    has_message,
     monitor_event,
     raise_first_error,
     retire_dropped_pipes,
@@ -433,7 +434,7 @@ class AsyncJevClient(ClientOptions):
 
     def _read_events(self, peer: Peer) -> None:
         """Connections made and dropped, from the daemon's monitor."""
-        while True:
+        while has_message(peer.monitor):
             try:
                 frames = peer.monitor.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:

@@ -207,6 +207,16 @@ def retire_dropped_pipes(sock: zmq.Socket) -> None:
     sock.getsockopt(zmq.EVENTS)
 
 
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)     # plain ints: pyzmq's enums cost a call each
+
+
+def has_message(sock: zmq.Socket) -> bool:
+    """Whether a message waits on the socket: one option read, where a receive that finds nothing
+    raises (zmq.Again costs an exception and its message, several times this). Reading the option
+    also resets the edge of the socket's descriptor, as draining it to empty does."""
+    return bool(sock.getsockopt(_EVENTS) & _POLLIN)
+
+
 def monitor_event(frames: list[bytes]) -> int:
     return parse_monitor_message(frames)["event"]
 

@@ -19,6 +19,7 @@ from .calls import (
     Exchange,
     Pause,
     connect,
+    has_message,
     monitor_event,
     raise_first_error,
     retire_dropped_pipes,
@@ -319,7 +320,7 @@ class JevClient(ClientOptions):
     def _read_events(self, exchange: "_Exchange") -> None:
         """Connections made and dropped, from each daemon's monitor."""
         for peer in list(self._fleet.peers.values()):
-            while True:
+            while has_message(peer.monitor):
                 try:
                     frames = peer.monitor.recv_multipart(zmq.NOBLOCK)
                 except zmq.Again:

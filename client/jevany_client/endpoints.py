@@ -4,6 +4,7 @@ Defaults are ipc sockets in a per-user runtime directory, never TCP: a default
 socket must not be reachable from another user or from the network.
 """
 
+import functools
 import os
 from pathlib import Path
 
@@ -43,6 +44,13 @@ def ipc_path(endpoint: str) -> Path | None:
     return Path(path)
 
 
+@functools.lru_cache(maxsize=256)
+def _socket_file(endpoint: str) -> str | None:
+    """ipc_path as a plain string, kept per endpoint: a client asks before every call."""
+    path = ipc_path(endpoint)
+    return None if path is None else str(path)
+
+
 def endpoint_list(endpoint: str | list[str] | tuple[str, ...] | None) -> list[str]:
     """A client's endpoints: the one given, each of a list, or the default one."""
     if endpoint is None:
@@ -55,13 +63,13 @@ def endpoint_list(endpoint: str | list[str] | tuple[str, ...] | None) -> list[st
 
 def missing_sockets(endpoints: list[str]) -> str | None:
     """Why no daemon can answer: an ipc socket another user could have put there (nothing is sent
-    to it), or every endpoint an ipc socket file that does not exist."""
-    paths = [ipc_path(e) for e in endpoints]
+    to it), or every endpoint an ipc socket file that does not exist. Asked before every call."""
+    paths = [_socket_file(e) for e in endpoints]
     for endpoint, path in zip(endpoints, paths):
         problem = None if path is None else socket_file_problem(path)
         if problem is not None:
             return f"refusing to use {endpoint}: {problem}"
-    if not paths or any(p is None or p.exists() for p in paths):
+    if not paths or any(p is None or os.path.exists(p) for p in paths):
         return None
     where = ", ".join(str(p) for p in paths)
     return (f"no daemon at {where}: no socket file there (is the daemon running, and bound there? "

@@ -19,7 +19,7 @@ import zmq
 
 from . import discovery
 from .errors import ShuttingDownError
-from .calls import read_reply
+from .calls import has_message, read_reply
 from .routing import REPORT_HALF_LIFE_S, check_routing, make_policy
 
 RESOLVE_EVERY_S = 5.0
@@ -65,7 +65,7 @@ class Peer:
     def replies(self, clock: Callable[[], float]):
         """Each reply waiting on its socket, as (id, outcome), for the caller to settle; then its load is
         noted, and a shutting_down takes this daemon out of the pool (the retry goes elsewhere)."""
-        while True:
+        while has_message(self.socket):
             try:
                 frames = self.socket.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:

@@ -19,6 +19,7 @@ Missing components are not a problem here (the daemon creates them; a
 client then finds no socket); the first unsafe one is.
 """
 
+import functools
 import os
 import stat
 from pathlib import Path
@@ -29,14 +30,20 @@ def ipc_problem(path: Path, uid: int | None = None) -> str | None:
     return _walk(path, os.getuid() if uid is None else uid)[0]
 
 
-def _directories(path) -> list[str]:
+def _directories(path) -> tuple[str, ...]:
     """Every directory above path, from the top: plain strings (a client checks before every call)."""
+    return _above(os.path.dirname(os.path.abspath(path)))
+
+
+@functools.lru_cache(maxsize=256)
+def _above(directory: str) -> tuple[str, ...]:
+    # The names only, kept per directory: what each of them is, is looked up again at every check.
     out, current = [], ""
-    for part in os.path.dirname(os.path.abspath(path)).split("/"):
+    for part in directory.split("/"):
         if part:
             current = f"{current}/{part}"
             out.append(current)
-    return out
+    return tuple(out)
 
 
 def _walk(path, uid: int) -> tuple[str | None, bool, bool]:

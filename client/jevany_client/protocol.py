@@ -59,12 +59,20 @@ class _Budget:
     The decoder calls these hooks as each map and array is complete, so a
     message past a cap costs at most the caps' worth of objects, not its
     header's or its bytes' worth.
+
+    They also note, at C speed (a set of types per container), whether the
+    message holds a map key that is not a str or a bin value: the only
+    problems a walk (_values.find_problem) can find in what this decoder
+    builds with finiteness left aside (extensions are refused while decoding,
+    and msgpack carries no integer wider than 64 bits). A message without
+    either is clean, and the walk, a Python loop over every value, is skipped.
     """
 
-    __slots__ = ("values", "containers")
+    __slots__ = ("values", "containers", "odd")
 
     def __init__(self) -> None:
         self.values = self.containers = 0
+        self.odd = False      # a key that is not a str, or a bin value: walk to say where
 
     # Counted inline: these run once per map and array of every message.
     def map(self, pairs: list) -> dict:
@@ -72,14 +80,24 @@ class _Budget:
         self.containers += 1
         if self.values > MAX_VALUES or self.containers > MAX_CONTAINERS:
             raise _TooMany()
-        return build_map(pairs)
+        built = build_map(pairs)
+        if not self.odd and (not _STR_ONLY.issuperset(map(type, built))
+                             or not _NO_BIN.isdisjoint(map(type, built.values()))):
+            self.odd = True
+        return built
 
     def array(self, items: list) -> list:
         self.values += len(items)
         self.containers += 1
         if self.values > MAX_VALUES or self.containers > MAX_CONTAINERS:
             raise _TooMany()
+        if not self.odd and not _NO_BIN.isdisjoint(map(type, items)):
+            self.odd = True
         return items
+
+
+_STR_ONLY = frozenset((str,))
+_NO_BIN = frozenset((bytes,))        # what msgpack's bin decodes to
 
 
 def _too_many_problem() -> str:
@@ -111,9 +129,14 @@ def pack(obj: Any) -> bytes:
 
 
 def _unpack(payload: bytes) -> Any:
+    return _unpack_noting(payload)[0]
+
+
+def _unpack_noting(payload: bytes) -> tuple[Any, _Budget]:
+    """The decoded message, and its budget: what it holds, and whether a walk could find a problem."""
     budget = _Budget()
     try:
-        return msgpack.unpackb(payload, object_pairs_hook=budget.map, list_hook=budget.array, **_STRICT)
+        return msgpack.unpackb(payload, object_pairs_hook=budget.map, list_hook=budget.array, **_STRICT), budget
     except _TooMany:
         raise InvalidRequestError(_too_many_problem(), request_id=_salvage_id(payload)) from None
     except Exception as exc:  # the decoder raises many types; all mean the same here
@@ -267,7 +290,7 @@ def error_reply(id: str | int | None, err: JevanyError) -> dict:
 
 
 def decode_reply(payload: bytes) -> dict:
-    reply = _unpack(payload)
+    reply, budget = _unpack_noting(payload)
     if not isinstance(reply, dict):
         raise InvalidMessageError("reply must be a msgpack map")
     if "id" not in reply:
@@ -280,11 +303,11 @@ def decode_reply(payload: bytes) -> dict:
         raise InvalidMessageError("reply has no int v", request_id=request_id)
     if v != PROTOCOL_VERSION:
         raise UnsupportedVersionError(f"reply speaks protocol {v}", request_id=request_id)
-    _check_reply_shape(reply, request_id)
+    _check_reply_shape(reply, request_id, walk=budget.odd)
     return reply
 
 
-def _check_reply_shape(reply: dict, request_id: str | int | None) -> None:
+def _check_reply_shape(reply: dict, request_id: str | int | None, walk: bool = True) -> None:
     ok = reply.get("ok")
     if type(ok) is not bool:
         raise InvalidMessageError("reply ok must be a bool", request_id=request_id)
@@ -296,8 +319,9 @@ def _check_reply_shape(reply: dict, request_id: str | int | None) -> None:
             request_id=request_id,
         )
     # Depth is left to the decoder's own bound: results echo request values
-    # (score legends) a few levels below where the request held them.
-    found = find_problem(reply, "reply", finite=False)
+    # (score legends) a few levels below where the request held them. Only a
+    # reply the decoder saw something odd in can hold a problem (_Budget).
+    found = find_problem(reply, "reply", finite=False) if walk else None
     if found is not None:
         raise InvalidMessageError(f"{found[0]}: {found[1]}", request_id=request_id)
 

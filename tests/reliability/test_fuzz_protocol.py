@@ -21,7 +21,8 @@ from jevany_client.errors import (
     UnknownOpError,
     UnsupportedVersionError,
 )
-from jevany_client.protocol import MAX_DEPTH, MAX_ID_BYTES, MAX_SAFE_INT, Request, decode_reply, decode_request
+from jevany_client.protocol import (MAX_DEPTH, MAX_ID_BYTES, MAX_SAFE_INT, Request, _unpack_noting, decode_reply,
+                                    decode_request)
 from jevany_client.schema import DecisionRequest, parse_decision
 
 from . import strategies as s
@@ -109,6 +110,27 @@ def test_the_client_reply_decoder_only_raises_typed_errors(payload):
         assert_typed(err)
     else:
         assert type(reply["ok"]) is bool and reply["v"] == 1
+
+
+@s.fuzz_settings(300)
+@given(s.ANY_VALUE)
+def test_a_reply_whose_decoding_noted_nothing_odd_is_one_the_walk_finds_clean(value):
+    # decode_reply walks a reply only when the decoder's hooks saw a key that is not a str or a bin
+    # value: the walk must never find anything in one they did not flag.
+    payload = s.pack_or_none({"v": 1, "id": "r1", "ok": True, "result": {"answers": value}})
+    assume(payload is not None)
+    try:
+        reply, budget = _unpack_noting(payload)
+    except JevanyError:
+        return
+    found = find_problem(reply, "reply", finite=False)
+    assert found is None or budget.odd, found
+    try:
+        decode_reply(payload)
+    except InvalidMessageError as err:
+        assert found is not None and err.message == f"{found[0]}: {found[1]}"
+    else:
+        assert found is None
 
 
 @s.fuzz_settings(50)
