@@ -248,7 +248,9 @@ class Engine:
     def reset_statistics(self) -> None:
         """Forget every pass so far (warm-up), for statistics and the batch policy alike."""
         self.stats = BatchStats()
-        self.policy = BatchPolicy(adaptive=self.config.batch_policy == "adaptive")
+        # On an accelerator a lone pass costs nearly a full one: no pass is split to time one (policy.py).
+        self.policy = BatchPolicy(adaptive=self.config.batch_policy == "adaptive",
+                                  explore_alone=not self.stream.asynchronous)
         if getattr(self, "memory", None) is not None:
             self.memory.reset()
 
