@@ -17,6 +17,7 @@ from itertools import count
 import msgpack
 import zmq
 
+from jevany_client.calls import has_message
 from jevany_client.errors import InvalidRequestError, JevTimeoutError, OverloadedError, error_from_wire
 from jevany_client.protocol import encode_request
 
@@ -74,7 +75,7 @@ class Upstream:
         raise error_from_wire(reply.get("error"))
 
     def _drain(self) -> None:
-        while self.sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+        while has_message(self.sock):
             try:
                 payload = self.sock.recv_multipart(zmq.NOBLOCK)[-1]    # after the tenant frame echoed back
             except zmq.Again:

@@ -18,6 +18,8 @@ judge a worker's heartbeat or a deadline late.
 """
 import zmq
 
+from jevany_client.calls import has_message
+
 from . import tenants
 from .outbox import Envelope
 from .peers import UNWATCHED, Peer
@@ -61,7 +63,7 @@ class Inbox:
 
 
 def _next(sock) -> list | None:
-    if not sock.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+    if not has_message(sock):
         return None
     try:
         return sock.recv_multipart(zmq.NOBLOCK, copy=False)

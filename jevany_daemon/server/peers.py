@@ -41,6 +41,8 @@ from itertools import count
 import zmq
 from zmq.utils.monitor import parse_monitor_message
 
+from jevany_client.calls import has_message
+
 _EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
 
 
@@ -93,7 +95,7 @@ class Peers:
     def read(self) -> None:
         """Take every monitor event waiting; cheap when there is none."""
         for monitor, sock in self.monitors.items():
-            while monitor.getsockopt(zmq.EVENTS) & zmq.POLLIN:
+            while has_message(monitor):
                 self._event(sock, parse_monitor_message(monitor.recv_multipart()))
 
     def _event(self, sock, message: dict) -> None:

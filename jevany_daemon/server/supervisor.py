@@ -27,6 +27,7 @@ import time
 
 import zmq
 
+from jevany_client.calls import has_message
 from jevany_client.errors import DeadlineExceededError, JevanyError, ShuttingDownError
 from jevany_client.protocol import error_reply, ok_reply, pack
 
@@ -175,6 +176,8 @@ class Supervisor:
     def receive_workers(self) -> None:
         # Whatever poll saw: after a long turn, heartbeats wait here that poll knew nothing of.
         for _ in range(RECEIVE_BURST):
+            if not has_message(self.backend):
+                break
             try:
                 ident, payload = self.backend.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:

@@ -29,6 +29,7 @@ from collections import deque
 
 import zmq
 
+from jevany_client.calls import has_message
 from jevany_client.errors import DeadlineExceededError, InternalError, JevanyError
 from jevany_client.protocol import decode_request
 
@@ -86,12 +87,13 @@ class WorkerLoop:
             if os.getppid() != self.parent:
                 event(log, "worker_exit", cause="supervisor gone")
                 return False
-        while True:
+        while has_message(self.sock):
             try:
                 message = self.sock.recv(zmq.NOBLOCK)
             except zmq.Again:
                 return True
             self.handle(channel.decode(message))
+        return True
 
     def handle(self, message: list) -> None:
         kind, *args = message

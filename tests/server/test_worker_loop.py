@@ -25,6 +25,10 @@ class FakeSupervisor:
     def poll(self, timeout_ms):
         return 1 if self.inbound else 0
 
+    def getsockopt(self, option):
+        assert option == zmq.EVENTS
+        return int(zmq.POLLIN) if self.inbound else 0
+
     def recv(self, flags=0):
         if not self.inbound:
             raise zmq.Again()
