@@ -23,7 +23,11 @@ with the default prefix cache, one torch thread, this measures per pass of
 - torch ops outside the forward and inside it (non-view aten ops: each a
   kernel launch on CUDA);
 - forwards per pass, device syncs per pass (scalar reads seen by the probe,
-  plus the stream's own downloads) and host-to-device copies.
+  plus the stream's own downloads) and host-to-device copies;
+- per arch, what a full garbage collection costs (one comes every hundred
+  passes or so, and the device waits through it): with the heap as loaded,
+  and after the passes with it settled as a worker settles it
+  (server/worker.py settle_heap).
 
 Cases: `short` (the bench's short workload: 20-40 token states, 1-2
 questions: 32 misses the cache does not keep); `recurring` (the same states,
@@ -51,6 +55,7 @@ Writes benchmarks/results/host-budgets.json (--out) and prints the table with
 the issue's targets.
 """
 import argparse
+import gc
 import random
 import statistics
 import sys
@@ -67,6 +72,7 @@ from jevany_daemon.engine.engine import Engine
 from jevany_daemon.engine.probe import Probe
 from jevany_daemon.model.loading import load_model
 from jevany_daemon.model.tiny import build_tiny_model
+from jevany_daemon.server.worker import settle_heap
 
 HERE = Path(__file__).resolve().parent
 ARCHS = {"qwen3": 28, "qwen3_5": 24}     # arch -> layers of the deep shape
@@ -139,6 +145,12 @@ def run_case(engine: Engine, case: str, n: int, repeats: int) -> dict:
     return out
 
 
+def full_collection_ms() -> float:
+    started = time.perf_counter()
+    gc.collect()
+    return (time.perf_counter() - started) * 1000
+
+
 def build_engine(root: Path, arch: str, shape: str) -> Engine:
     path = build_tiny_model(root / arch, arch=arch, readout="choice", shape=shape)
     model = load_model(str(path), readout="choice", device="cpu")
@@ -191,11 +203,19 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     repeats = args.repeats if args.repeats is not None else 3 if args.quick else 7
-    results = {}
+    results, collections = {}, {}
     with tempfile.TemporaryDirectory(prefix="jv-host-") as tmp:
         for arch in args.archs:
+            gc.unfreeze()        # each arch measured alike: the heap as a worker has it once this model is loaded
             engine = build_engine(Path(tmp), arch, args.shape)
+            # A full collection walks every object the collector tracks; the worker puts what it loaded out
+            # of its sight (server/worker.py settle_heap), and this measures what one costs before and after.
+            loaded = full_collection_ms()
+            settle_heap()
             results[arch] = {case: run_case(engine, case, args.requests, repeats) for case in args.cases}
+            collections[arch] = {"full_collection_ms_as_loaded": round(loaded, 2),
+                                 "full_collection_ms_serving": round(full_collection_ms(), 2),
+                                 "tracked_objects_serving": len(gc.get_objects())}
     targets = judge(results) if "short" in args.cases else []
     print(f"{'arch':8} {'case':9} {'host ms':>8} {'cpu ms':>7} {'op ms':>6} {'less op':>7} {'admit':>6} "
           f"{'fwd ms':>7} {'passes':>6} {'fwds':>4} {'ops out':>7} {'ops in':>7} {'syncs':>5} {'copies':>6}")
@@ -205,11 +225,16 @@ def main(argv=None) -> int:
                   f"{r['host_less_ops_ms']:7.2f} {r['admit_ms']:6.2f} "
                   f"{r['forward_ms']:7.2f} {r['passes']:6} {r['forwards']:4} {r['ops_outside']:7} "
                   f"{r['ops_inside']:7} {r['syncs']:5} {r['uploads']:6}")
+    for arch, c in collections.items():
+        print(f"{arch}: a full garbage collection took {c['full_collection_ms_as_loaded']} ms with the heap as loaded, "
+              f"{c['full_collection_ms_serving']} ms after the passes above with it settled as a worker's is "
+              f"({c['tracked_objects_serving']:,} objects tracked)")
     for t in targets:
         print(f"  [{'PASS' if t['met'] else 'FAIL'}] {t['target']}: {t['value']} ({t['bound']})")
     result = {"machine": machine(torch=torch.__version__, threads=1),
               "malloc": worker_env_in_effect(),
-              "requests": args.requests, "repeats": repeats, "shape": args.shape, "results": results, "targets": targets}
+              "requests": args.requests, "repeats": repeats, "shape": args.shape, "results": results,
+              "garbage_collection": collections, "targets": targets}
     write_result(result, args.out)
     return 0 if all(t["met"] for t in targets) else 1
 

@@ -170,7 +170,9 @@ class Piecewise:
         for piece, ids, stops in learnt:
             if piece in known:
                 self._bytes -= _size(piece, known[piece])
-            value = len(ids) if counting else (ids, stops)
+            # Tuples of ints, not lists: the garbage collector stops tracking a tuple of untracked
+            # values, so a memory of a hundred thousand pieces costs its full collections nothing.
+            value = len(ids) if counting else (tuple(ids), None if stops is None else tuple(stops))
             known[piece] = value
             self._bytes += _size(piece, value)
         for pieces in parts:

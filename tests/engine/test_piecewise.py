@@ -107,6 +107,18 @@ def test_a_piece_is_tokenized_once_until_it_is_forgotten(loaded_model):
     assert "Options:\n" in seen[-1]                                        # forgotten, so learned again
 
 
+def test_remembered_pieces_cost_a_full_garbage_collection_nothing(loaded_model):
+    import gc
+
+    lines = Piecewise.build(loaded_model("qwen3", "choice").tokenizer, LINES)
+    lines.encode([f"state {i}\nline {i}\n\nAnswer:" for i in range(50)], [8] * 50)
+    # A tuple is untracked once a collection finds nothing tracked in it: the ids and offsets at the
+    # first, the pair holding them at the next.
+    gc.collect()
+    gc.collect()
+    assert lines._known and not any(gc.is_tracked(value) for value in lines._known.values())
+
+
 def test_the_end_of_a_state_counts_the_tokens_wholly_before_it(loaded_model):
     tokenizer = loaded_model("qwen3", "choice").tokenizer
     lines = Piecewise.build(tokenizer, LINES)

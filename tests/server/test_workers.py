@@ -244,3 +244,36 @@ def test_results_before_the_last_hand_over_was_read_leave_the_worker_busy_and_it
     assert [(e.tag, ok) for e, ok, _ in sup.events.answered] == [(1, True), (2, False)]
     sup.events.on_results(worker, [[3, True, {"ok": 3}]], {}, [], 2)
     assert worker.state == IDLE and not worker.inflight
+
+
+SERVE_SETTLED = """
+import gc, sys
+from jevany_daemon import workloads
+from jevany_daemon.config import EngineConfig
+from jevany_daemon.engine.engine import Engine
+from jevany_daemon.engine.warmup import warm_up
+from jevany_daemon.model.loading import load_model
+from jevany_daemon.server.worker import settle_heap
+
+engine = Engine(load_model(sys.argv[1], device="cpu", dtype="fp32"), EngineConfig(max_batch_size=8))
+warm_up(engine)
+settle_heap()
+frozen = gc.get_freeze_count()
+for seed in range(12):                       # new texts each pass: the prompts' pieces are remembered
+    engine.score(engine.admit_many(workloads.short(8, seed=seed)))
+gc.collect()
+gc.collect()
+print(frozen, len(gc.get_objects()))
+"""
+
+
+def test_a_worker_keeps_what_it_loaded_out_of_full_collections_and_serving_adds_little(tiny_model):
+    # In a process of its own: freezing is for the rest of a process's life.
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", SERVE_SETTLED, str(tiny_model("qwen3", "choice"))],
+                         capture_output=True, text=True, timeout=300, check=True).stdout
+    frozen, tracked = map(int, out.split())
+    assert frozen > 100_000                  # the model, the tokenizer, torch and transformers
+    assert tracked < 200                     # what a full collection still walks after a dozen passes
