@@ -68,10 +68,11 @@ class _Budget:
     either is clean, and the walk, a Python loop over every value, is skipped.
     """
 
-    __slots__ = ("values", "containers", "odd")
+    __slots__ = ("values", "containers", "noting", "odd")
 
-    def __init__(self) -> None:
+    def __init__(self, noting: bool = False) -> None:
         self.values = self.containers = 0
+        self.noting = noting  # only a caller that skips the walk on it pays for the note
         self.odd = False      # a key that is not a str, or a bin value: walk to say where
 
     # Counted inline: these run once per map and array of every message.
@@ -81,7 +82,7 @@ class _Budget:
         if self.values > MAX_VALUES or self.containers > MAX_CONTAINERS:
             raise _TooMany()
         built = build_map(pairs)
-        if not self.odd and (not _STR_ONLY.issuperset(map(type, built))
+        if self.noting and not self.odd and (not _STR_ONLY.issuperset(map(type, built))
                              or not _NO_BIN.isdisjoint(map(type, built.values()))):
             self.odd = True
         return built
@@ -91,7 +92,7 @@ class _Budget:
         self.containers += 1
         if self.values > MAX_VALUES or self.containers > MAX_CONTAINERS:
             raise _TooMany()
-        if not self.odd and not _NO_BIN.isdisjoint(map(type, items)):
+        if self.noting and not self.odd and not _NO_BIN.isdisjoint(map(type, items)):
             self.odd = True
         return items
 
@@ -129,12 +130,12 @@ def pack(obj: Any) -> bytes:
 
 
 def _unpack(payload: bytes) -> Any:
-    return _unpack_noting(payload)[0]
+    return _unpack_noting(payload, noting=False)[0]
 
 
-def _unpack_noting(payload: bytes) -> tuple[Any, _Budget]:
-    """The decoded message, and its budget: what it holds, and whether a walk could find a problem."""
-    budget = _Budget()
+def _unpack_noting(payload: bytes, noting: bool = True) -> tuple[Any, _Budget]:
+    """The decoded message, and its budget: what it holds, and (noting) whether a walk could find a problem."""
+    budget = _Budget(noting)
     try:
         return msgpack.unpackb(payload, object_pairs_hook=budget.map, list_hook=budget.array, **_STRICT), budget
     except _TooMany:
