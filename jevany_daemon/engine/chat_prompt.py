@@ -10,7 +10,8 @@ template once around a sentinel user message, keeps the ids of the
 constant pieces, and tokenizes per question only the piece that holds the
 user message (from the last special token before it to the first after it),
 for every question of a hand-over in one batched call (by its lines, each
-remembered, where the tokenizer provably cuts between lines: piecewise.py).
+remembered, where the tokenizer provably cuts between lines, and a new line
+put together from remembered words where it can be: piecewise.py).
 
 Exact or not at all: the template must render the same text around any
 user message, the tokens it cuts at must not strip the whitespace beside
@@ -20,7 +21,7 @@ and prompts are rendered and tokenized whole, as before.
 """
 from dataclasses import dataclass
 
-from .piecewise import LINES, Piecewise, tokens_before
+from .piecewise import LINES, Piecewise, Words, tokens_before
 
 _SENTINELS = ("\x00jevany-user-a\x00", "\x00jevany-user-b\x00 with more words\n")
 _PROBES = ("plain state\n\nask\n\nOptions:\nA. x\n\nAnswer:", " leading space", "\nleading newline and trailing\n",
@@ -41,7 +42,7 @@ class ChatPrompt:
         self.tokenizer, self.render, self.piece = tokenizer, render, piece
         self.backend = tokenizer.backend_tokenizer
         # The varying piece by its lines, where the tokenizer provably cuts there (piecewise.py).
-        self.lines = Piecewise.build(tokenizer, LINES)
+        self.lines = Piecewise.build(tokenizer, LINES, words=Words())
 
     @classmethod
     def build(cls, tokenizer, render) -> "ChatPrompt | None":

@@ -33,6 +33,16 @@ added token holds whitespace or strips it (added tokens are cut out first:
 one holding whitespace could span a cut, one that strips would take the
 whitespace beside it). Anything else (or a probe that disagrees with the
 whole text's tokens) leaves the caller tokenizing whole texts, as before.
+
+Lines also remember their words (``Words``): a line no pass has seen is
+usually made of words that passes have, and putting it together from them
+costs a dictionary lookup a word, where the tokenizer costs its
+pre-tokenizer's regex a character. A line with a word not known is
+tokenized whole, with offsets, and each of its words learnt from the tokens
+that lie within it (the cut at words makes every token lie within one).
+Once the memory knows a vocabulary, a line mostly of unknown words (ids,
+hashes, numbers) is tokenized without offsets and teaches nothing: its words
+would seldom come again, and offsets cost the tokenizer more.
 """
 import json
 import re
@@ -60,6 +70,8 @@ _PROBES = ("a\nb", "}\n\nb c", "x \n y\n\n\nz", "end.\n- item\n  indented\n\tTab
            '{"q0": {"type": "noul", "noul": 0}, "k": [0, 0]}', "émoji ✓ ‹im_start|> and <no special>\n\nAnswer:",
            "Options:\nA. No\nB. Yes\n\nAnswer with the ID:", "   \n  \n", "", " ", "\n")
 BUDGET = 16 << 20     # bytes of remembered pieces (lines of prompts), as estimated by _size
+WORDS_BUDGET = 4 << 20     # bytes of remembered words of lines (Words), the same estimate
+VOCABULARY = 1024     # words a memory learns from every line before it learns only from lines mostly known
 
 
 def cuts_hold(backend) -> bool:
@@ -115,16 +127,18 @@ class Piecewise:
     ``encode`` gives ids, and how many tokens end by a character; ``count`` only how many tokens. One
     instance does one of them (what it remembers differs)."""
 
-    def __init__(self, backend, cut: re.Pattern, budget: int = BUDGET):
-        self.backend, self.cut, self.budget = backend, cut, budget
+    def __init__(self, backend, cut: re.Pattern, budget: int = BUDGET, words: "Words | None" = None):
+        self.backend, self.cut, self.budget, self.words = backend, cut, budget, words
         self._known: OrderedDict[str, object] = OrderedDict()
         self._bytes = 0
 
     @classmethod
-    def build(cls, tokenizer, cut: re.Pattern, budget: int = BUDGET) -> "Piecewise | None":
-        """For a transformers tokenizer; None unless it is fast and its cuts hold."""
+    def build(cls, tokenizer, cut: re.Pattern, budget: int = BUDGET,
+              words: "Words | None" = None) -> "Piecewise | None":
+        """For a transformers tokenizer; None unless it is fast and its cuts hold. With `words` (cut at
+        LINES, encoding), new lines are put together from remembered words where they can be."""
         backend = fast_backend(tokenizer)
-        return cls(backend, cut, budget) if backend is not None and cuts_hold(backend) else None
+        return cls(backend, cut, budget, words) if backend is not None and cuts_hold(backend) else None
 
     def encode(self, texts: list[str], ends: list[int]) -> list[tuple[list[int], int]]:
         """Each text's ids, and how many of its leading tokens end at or before character ends[i]."""
@@ -161,11 +175,18 @@ class Piecewise:
         (stops_of None), else (ids, their end offsets for the pieces in stops_of, else None)."""
         known, counting, stops_of = self._known, stops_of is None, stops_of or set()
         todo = [p for p in dict.fromkeys(p for pieces in parts for p in pieces) if missing(p)]
-        with_stops = [p for p in todo if p in stops_of]
+        learnt, teach = [], {}
+        if self.words is not None and not counting:
+            learnt, teach, todo = self.words.lines(todo, stops_of)
+        # Offsets cost the tokenizer more: taken only for pieces whose stops are kept or words learnt.
+        with_offsets = [*teach, *(p for p in todo if p in stops_of)]
         plain = [p for p in todo if p not in stops_of]
         backend = self.backend
-        learnt = [(p, e.ids, [stop for _, stop in e.offsets])
-                  for p, e in zip(with_stops, backend.encode_batch(with_stops, add_special_tokens=False))]
+        for p, e in zip(with_offsets, backend.encode_batch(with_offsets, add_special_tokens=False)):
+            ids, offsets = e.ids, e.offsets
+            if p in teach:
+                self.words.learn(teach[p], ids, offsets)
+            learnt.append((p, ids, [stop for _, stop in offsets] if p in stops_of else None))
         learnt += [(p, e.ids, None) for p, e in zip(plain, backend.encode_batch_fast(plain, add_special_tokens=False))]
         for piece, ids, stops in learnt:
             if piece in known:
@@ -183,6 +204,66 @@ class Piecewise:
         while self._bytes > self.budget and self._known:
             piece, value = self._known.popitem(last=False)
             self._bytes -= _size(piece, value)
+
+
+class Words:
+    """The words of lines (cut at WORDS), each with its ids and their end offsets within it, remembered
+    within `budget` bytes; when over it, the older half is forgotten (a word in use is soon learnt again)."""
+
+    def __init__(self, budget: int = WORDS_BUDGET, vocabulary: int = VOCABULARY):
+        self.budget, self.vocabulary = budget, vocabulary
+        self._known: dict[str, tuple[tuple[int, ...], tuple[int, ...]]] = {}
+        self._bytes = 0
+
+    def lines(self, lines: list[str], stops_of: set) -> tuple[list, dict, list]:
+        """(learnt, teach, rest): learnt, (line, ids, stops or None) for the lines made of known words,
+        stops where the line is in stops_of; teach, {line: its words} for the lines to learn words from;
+        rest, the lines to tokenize and learn nothing from."""
+        known, learnt, teach, rest = self._known, [], {}, []
+        learning = len(known) < self.vocabulary
+        for line in lines:
+            words = WORDS.split(line)
+            got = [known.get(w) for w in words]
+            if None not in got:
+                learnt.append((line, [i for ids, _ in got for i in ids],
+                               _joined_stops(words, got) if line in stops_of else None))
+            elif learning or got.count(None) * 2 <= len(got):
+                teach[line] = words
+            else:
+                rest.append(line)
+        return learnt, teach, rest
+
+    def learn(self, words: list[str], ids: list[int], offsets: list[tuple[int, int]]) -> None:
+        """Each word's tokens, from the whole line's tokens and their offsets. Nothing is learnt from a
+        line whose tokens do not each lie within one word (the cut argued above says they do)."""
+        found, k, start = [], 0, 0
+        for word in words:
+            end, first = start + len(word), k
+            while k < len(ids) and offsets[k][1] <= end:
+                if offsets[k][0] < start or offsets[k][0] >= offsets[k][1]:
+                    return
+                k += 1
+            found.append((word, (tuple(ids[first:k]), tuple(stop - start for _, stop in offsets[first:k]))))
+            start = end
+        if k != len(ids):
+            return
+        known = self._known
+        for word, value in found:
+            if word not in known:
+                known[word] = value
+                self._bytes += _size(word, value)
+        if self._bytes > self.budget:
+            for word in list(known)[:len(known) // 2]:
+                self._bytes -= _size(word, known.pop(word))
+
+
+def _joined_stops(words: list[str], got: list) -> list[int]:
+    """A line's token end offsets, from its words' (each relative to the word's start)."""
+    stops, start = [], 0
+    for word, (_, ends) in zip(words, got):
+        stops += [start + stop for stop in ends]
+        start += len(word)
+    return stops
 
 
 def _piece_at(pieces: list[str], end: int) -> tuple[int, int]:
