@@ -33,14 +33,18 @@ Cases: `short` (the bench's short workload: 20-40 token states, 1-2
 questions: 32 misses the cache does not keep); `recurring` (the same states,
 their questions drawn from one fixed set of 9: a fleet asking the same
 questions of new states, whose prompts' lines and replies' words recur;
-measured, not judged); `misses`: 16 requests about 4
+measured, not judged); `unseen` (short's requests, each state's words
+random letters and digits: text no memory of lines or words holds, the
+worst case for admission; measured, not judged); `misses`: 16 requests about 4
 fresh ~340-token states (the default cache keeps 4), each state kept (16,
 not 32: on a hybrid model a stem pass is costed once per request on it, and
 32 would not fit the default 8192 padded tokens); `hits`: the same 16 again,
 each continuing its kept state. On a hybrid model a state to be kept runs in
 a stem pass of its own (its recurrent state exists only at the end of what a
 forward computed), so kept misses take two forwards there; every other case
-takes one. Every pass holds all of its case's requests (greedy policy, no
+takes one. Each case first serves 3 passes of other draws, unmeasured: the
+engine's memories of prompt lines, their words and replies' words as a
+daemon's are after its first seconds. Every pass holds all of its case's requests (greedy policy, no
 padding cap), so the figures are per pass; the default CPU settings would
 split them by width. Every timed pass is of new texts (a new draw of short
 requests; the kept states opened by the repeat's number), as a daemon meets
@@ -77,6 +81,8 @@ from jevany_daemon.server.worker import settle_heap
 HERE = Path(__file__).resolve().parent
 ARCHS = {"qwen3": 28, "qwen3_5": 24}     # arch -> layers of the deep shape
 TARGETS = {"host_ms": 10.0, "ops_outside": 400}
+CASES = ["short", "recurring", "unseen", "misses", "hits"]
+WARM, WARM_FROM = 3, 100     # unmeasured passes first, of draws (repeat numbers) no timed pass makes
 
 
 def bodies(case: str, n: int, repeat: int) -> list[dict]:
@@ -86,6 +92,8 @@ def bodies(case: str, n: int, repeat: int) -> list[dict]:
         return workloads.short(n, seed=1000 + repeat)
     if case == "recurring":
         return workloads.recurring(n, seed=1000 + repeat)
+    if case == "unseen":
+        return workloads.unseen(n, seed=1000 + repeat)
     # kept misses and hits: 4 states (the default --prefix-cache keeps 4), each long enough to be
     # kept with the prompt's head (--prefix-min-tokens 384), each asked about by n/8 requests: a
     # hybrid model's stem pass is costed once per request on it, so n would not fit --max-packed-tokens 8192.
@@ -131,13 +139,13 @@ def measure(engine: Engine, batch: list[dict], probe: Probe, ops: bool) -> dict:
 def run_case(engine: Engine, case: str, n: int, repeats: int) -> dict:
     probe = Probe(engine)
     runs = []
-    for i in range(repeats + 1):
+    for i in [*range(WARM_FROM, WARM_FROM + WARM), *range(repeats + 1)]:
         engine.clear_prefix_cache()          # every repeat of misses meets an empty cache
         batch = bodies(case, n, i)
         if case == "hits":
             engine.score([engine.admit(b) for b in batch])    # keep the states, unmeasured
         runs.append(measure(engine, batch, probe, ops=i == repeats))
-    counted, timed = runs[-1], runs[:-1]
+    counted, timed = runs[-1], runs[WARM:-1]
     out = {k: counted[k] for k in ("passes", "forwards", "ops_outside", "ops_inside", "syncs", "uploads",
                                    "top_ops_outside")}
     for k in ("host_ms", "host_cpu_ms", "op_ms", "host_less_ops_ms", "admit_ms", "forward_ms"):
@@ -192,8 +200,7 @@ def main(argv=None) -> int:
     parser.add_argument("--quick", action="store_true", help="3 timed repeats instead of 7")
     parser.add_argument("--requests", type=int, default=32)
     parser.add_argument("--archs", nargs="+", default=list(ARCHS), choices=list(ARCHS))
-    parser.add_argument("--cases", nargs="+", default=["short", "recurring", "misses", "hits"],
-                        choices=["short", "recurring", "misses", "hits"])
+    parser.add_argument("--cases", nargs="+", default=CASES, choices=CASES)
     parser.add_argument("--shape", default="deep", choices=["deep", "micro"],
                         help="deep: the tiny width (the budgets' definition); micro: width 16, the same ops, faster")
     parser.add_argument("--repeats", type=int, default=None, help="timed repeats (default 7, --quick 3)")

@@ -95,6 +95,21 @@ def recurring(n: int, seed: int = 0, questions: int = 9) -> list[dict]:
     return out
 
 
+def unseen(n: int, seed: int = 0) -> list[dict]:
+    """short()'s requests, each state's words replaced by random letters and digits (ids, hashes): text
+    that no memory of lines or words holds, whatever came before; the worst case for those memories.
+    Half as many words as short()'s: such a word costs the tiny models' tokenizer about twice the tokens,
+    so the states keep about short()'s length in tokens."""
+    out = short(n, seed)
+    rng = random.Random(seed)
+    chars = "abcdefghijklmnopqrstuvwxyz0123456789"
+    for body in out:
+        words = body["state"].split()
+        body["state"] = " ".join("".join(rng.choice(chars) for _ in range(rng.randint(3, 9)))
+                                 for _ in range(max(1, len(words) // 2)))
+    return out
+
+
 def multi_question(n: int, seed: int = 0) -> list[dict]:
     """Four questions sharing one 300-token state: where running the state once pays."""
     rng = random.Random(seed)
