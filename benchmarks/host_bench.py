@@ -44,9 +44,9 @@ a stem pass of its own (its recurrent state exists only at the end of what a
 forward computed), so kept misses take two forwards there; every other case
 takes one. Each case first serves 3 passes of other draws, unmeasured: the
 engine's memories of prompt lines, their words and replies' words as a
-daemon's are after its first seconds. Every pass holds all of its case's requests (greedy policy, no
-padding cap), so the figures are per pass; the default CPU settings would
-split them by width. Every timed pass is of new texts (a new draw of short
+daemon's are after its first seconds. Every pass holds all of its case's
+requests (greedy policy, no padding cap), so the figures are per pass; the
+default CPU settings would split them by width. Every timed pass is of new texts (a new draw of short
 requests; the kept states opened by the repeat's number), as a daemon meets
 them: the same batch again would find its prompts' lines and its replies'
 words remembered (engine/piecewise.py).
