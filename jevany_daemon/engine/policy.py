@@ -14,9 +14,9 @@ request taken out of a batch to be timed alone costs a whole pass more, and
 the client it answers early comes back out of step with the others, so the
 next passes split too (on the simulated accelerator, at every sixteenth
 decision in a width class 32 requests went as 1 + 31, then as 30 + 2 and the
-like). There the policy never tries
-"alone" while batching is preferred; lone passes that happen anyway (an idle
-daemon, a lone client) still measure it.
+like). There the policy never tries "alone" while batching is preferred;
+lone passes that happen anyway (an idle daemon, a lone client) still measure
+it.
 """
 from collections import Counter
 

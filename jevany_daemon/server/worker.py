@@ -100,8 +100,8 @@ def settle_heap() -> None:
     live as long as the process: some 370,000 objects that a full collection
     would walk every time, once every hundred passes or so, while the device
     waits. On the tiny Qwen3 such a collection took 360 ms; frozen, and with
-    remembered prompt pieces kept as tuples (piecewise.py), under a
-    millisecond (benchmarks/host_bench.py measures both).
+    remembered prompt pieces kept as tuples (piecewise.py), about a
+    millisecond at most (benchmarks/host_bench.py measures both).
     """
     gc.collect()
     gc.freeze()
