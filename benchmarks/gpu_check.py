@@ -9,20 +9,29 @@ downloaded. qwen3_5 (hybrid, Gated DeltaNet) carries the rows and shared
 layouts; packed is proven only for attention-only qwen3, so a qwen3 of the
 same shape carries the packed cases.
 
-Phases, in order:
-  parity      first the SDPA kernel torch picks per mask kind and dtype, and what it returns
-              for a query row with no allowed key (sdpa_probe.py); then every readout (choice,
-              pointer, lm_token) x every proven layout with the prefix cache off, plus the
-              cached path (cache on) as a case of its own, x fp32 and bf16, in-process: the same
-              requests batched (max_batch_size --batch) vs one at a time; max and mean |dp|,
-              decisions changed, and every probability of both runs checked finite
-              (math.isfinite), plus CUDA peak memory per case and the path that served it
-              (gpu_parity.py)
+First, whatever the phases: the SDPA kernel torch picks per mask kind and dtype at the
+models' attention heads and head size, and what it returns for a query row with no allowed
+key (sdpa_probe.py).
+
+Phases, in order (--phases runs some of them, --dtypes them in one dtype):
+  parity      every readout (choice, pointer, lm_token) x every proven layout with the prefix
+              cache off, plus the cached path (cache on) as a case of its own, x fp32 and bf16,
+              in-process: the same requests batched (max_batch_size --batch) vs one at a time;
+              max and mean |dp|, decisions changed, and every probability of both runs checked
+              finite (math.isfinite), plus CUDA peak memory per case and the path that served
+              it (gpu_parity.py)
+  busy        per dtype, in-process on the default model: passes of --batch requests and passes
+              of one, each timed, then run again under torch's profiler to read the device's
+              timeline: device busy ms a pass (the union of its kernels and copies) against the
+              wall ms, and kernels and copies a pass; all of it three times: as served, without
+              cuDNN's attention kernel, and with the delta rule on PyTorch rather than fla's
+              kernels (gpu_busy.py; on the CPU the wall ms alone)
   speed       per dtype, two real daemons (max_batch_size --batch and 1) on the default readout
               (choice, qwen3_5, default layout and batch policy), --clients client processes
               (jevany-client only) sending --requests requests closed-loop; rounds alternate
               which daemon goes first and the batched/serial ratio is the median of the
-              per-round ratios, because a shared machine's speed drifts
+              per-round ratios, because a shared machine's speed drifts; and the batched
+              daemon's throughput over the in-process ideal (pre-formed batches of --batch)
   idle        concurrency 1, blocks interleaved: in-process vs each daemon, p50
   memory      peak CUDA memory in this process (max_memory_allocated); the daemon workers'
               device memory in use, in total and their own peak, from status (device_info)
@@ -32,10 +41,11 @@ probability finite (fp32 and bf16), no request failed; the daemons counted no pa
 non-finite probability (where status reports it); on a GPU also batched/serial >= 3x in
 fp32 and >= 6x in bf16 (speed targets are GPU targets: "not judged on cpu").
 
-Defaults: on a GPU 32 clients, 192 requests, 3 rounds, 64 parity requests, 32 idle requests;
-with --cpu 8 clients (32 clients would only measure 2 cores' scheduling), 32 requests,
-2 rounds, 16 parity requests, 16 idle requests, and one torch thread in-process and in each
-daemon worker (--cpu-threads 1). The JSON records the sizes used.
+Defaults: on a GPU 32 clients, 192 requests, 3 rounds, 32 parity requests, 32 idle requests,
+6 busy passes (on an H200, 2026-12-04, the parity phase's 30 cases took 328 s at 64 requests
+a case); with --cpu 8 clients (32 clients would only measure 2 cores' scheduling), 32
+requests, 2 rounds, 16 parity requests, 16 idle requests, 2 busy passes, and one torch
+thread in-process and in each daemon worker (--cpu-threads 1). The JSON records the sizes used.
 
 Writes benchmarks/results/gpu-check-<device>-<shape>.json (--out to change), also when
 the run fails part-way (with "error"). Exit status: 0 every judged target met; 1 a judged
@@ -67,6 +77,7 @@ try:
 
     import sdpa_probe
     from bench import InProcess, idle_latency, real_tokens, summary
+    from gpu_busy import busy_phase
     from gpu_daemons import CPU_THREADS, CheckDaemon, CheckError, Fleet, close_pool, daemon_name
     from gpu_parity import DTYPES, LAYOUTS, READOUTS, parity_phase
     from gpu_report import judge, print_speed, print_targets
@@ -74,7 +85,7 @@ try:
     from jevany_daemon import workloads
     from jevany_daemon.model.kernels import strict_fp32
     from jevany_daemon.model.loading import load_model
-    from jevany_daemon.model.tiny import build_tiny_model
+    from jevany_daemon.model.tiny import SHAPES, build_tiny_model
 except ImportError as exc:     # a bare GPU host: say what is missing, not a traceback
     print(f"gpu-check: error: {exc}; it needs the project's requirements (torch, transformers, peft, pyzmq, "
           "msgpack, typer): `make install`, or carry them", file=sys.stderr)
@@ -85,10 +96,12 @@ HERE = Path(__file__).resolve().parent
 EXIT_MET, EXIT_NOT_MET, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
 
 SPEED_MODEL = ("qwen3_5", "choice")     # what users run: the hybrid model, the default readout
+PHASES = ("parity", "busy", "speed")
 BUDGET_S = 480                          # the 8 minutes a GPU run must fit
 
 SIZES = {   # (GPU, --cpu): see the module docstring
-    "clients": (32, 8), "requests": (192, 32), "rounds": (3, 2), "parity_n": (64, 16), "idle_requests": (32, 16),
+    "clients": (32, 8), "requests": (192, 32), "rounds": (3, 2), "parity_n": (32, 16), "idle_requests": (32, 16),
+    "busy_passes": (6, 2),
 }
 
 
@@ -138,19 +151,26 @@ def release(device: str) -> None:
 
 # --- models -------------------------------------------------------------------
 
-def model_keys() -> list[tuple[str, str]]:
-    return sorted(set(itertools.product(LAYOUTS, READOUTS)) | {SPEED_MODEL})
+def model_keys(phases=PHASES) -> list[tuple[str, str]]:
+    """The models the phases load: parity every (arch, readout); speed and busy the default one."""
+    parity = set(itertools.product(LAYOUTS, READOUTS)) if "parity" in phases else set()
+    return sorted(parity | ({SPEED_MODEL} if set(phases) - {"parity"} else set()))
 
 
-def build_workers(shape: str) -> int:
+def probe_shape(shape: str) -> tuple[int, int, int, int]:
+    """sdpa_probe's (batch, heads, positions, head_dim) at this shape's attention heads."""
+    return 2, SHAPES[shape]["num_attention_heads"], 16, SHAPES[shape]["head_dim"]
+
+
+def build_workers(shape: str, phases=PHASES) -> int:
     """A 0.8B-shaped build takes 10-20 s of CPU and disk, so where there are cores to spare (a GPU
     host has them) they build side by side; a tiny one takes less than a process takes to start."""
-    return 1 if shape == "tiny" else max(1, min(len(model_keys()), (os.cpu_count() or 1) // 4))
+    return 1 if shape == "tiny" else max(1, min(len(model_keys(phases)), (os.cpu_count() or 1) // 4))
 
 
-def build_models(shape: str, root: Path, workers: int) -> dict:
-    """Every (arch, readout) model, once."""
-    jobs = {key: (root / f"{key[0]}-{key[1]}", key[0], key[1], 0, shape) for key in model_keys()}
+def build_models(shape: str, root: Path, workers: int, phases) -> dict:
+    """Every (arch, readout) model the phases load, once."""
+    jobs = {key: (root / f"{key[0]}-{key[1]}", key[0], key[1], 0, shape) for key in model_keys(phases)}
     if workers <= 1:
         return {key: build_tiny_model(*job) for key, job in jobs.items()}
     with ProcessPoolExecutor(workers, mp_context=get_context("spawn")) as pool:
@@ -171,14 +191,27 @@ def speed_rounds(daemons: dict, pool: ClientPool, bodies: list, clients: int, ro
     return out
 
 
-def speed_phase(dtype: str, daemons: dict, pool: ClientPool, model_dir: Path, device: str, args) -> dict:
-    """One dtype: warm up, idle latencies, throughput rounds, then the in-process ideal and memory."""
-    bodies = workloads.WORKLOADS[args.workload](args.requests, seed=11)
-    serial, batched = daemons[daemon_name(dtype, 1)], daemons[daemon_name(dtype, args.batch)]
+def dtype_phase(dtype: str, daemons: dict, pool: ClientPool | None, model_dir: Path, device: str, args,
+                out: dict) -> None:
+    """One dtype, one load of the model: the busy phase in-process first (the daemons are idle
+    then), then the speed phase through the daemons. Fills `out` as it goes."""
     release(device)
     reset_peak(device)
     model = load_model(str(model_dir), device=device, dtype=dtype)
     ref = InProcess(model, args.batch)
+    if "busy" in args.phases:
+        busy_phase(ref, model, workloads.WORKLOADS[args.workload], args.batch, device, out.setdefault("busy", {}),
+                   dtype, args.busy_passes)
+    if "speed" in args.phases:
+        out.update(speed_phase(dtype, daemons, pool, model, ref, device, args))
+    del model, ref
+    release(device)
+
+
+def speed_phase(dtype: str, daemons: dict, pool: ClientPool, model, ref: InProcess, device: str, args) -> dict:
+    """Warm up, idle latencies, throughput rounds, then the in-process ideal and memory."""
+    bodies = workloads.WORKLOADS[args.workload](args.requests, seed=11)
+    serial, batched = daemons[daemon_name(dtype, 1)], daemons[daemon_name(dtype, args.batch)]
     warm = bodies[: 2 * args.clients]
     for d in (serial, batched):     # CUDA kernels, the allocator, the adaptive policy's first measurements
         pool.run(d, warm, args.clients)
@@ -195,9 +228,10 @@ def speed_phase(dtype: str, daemons: dict, pool: ClientPool, model_dir: Path, de
              "batched_over_serial": median(ratios), "batched_over_serial_rounds": ratios,
              "inprocess_ideal_rps": ref.ideal_rps(bodies),
              "daemon_non_finite": non_finite_served(serial, batched)}
+    # issue 22's figure on a real device: the batched daemon's throughput against the engine's own
+    # in ideal pre-formed batches, what the host path between the two costs
+    speed["daemon_over_ideal"] = speed["batched"]["rps"] / speed["inprocess_ideal_rps"]
     memory = {"inprocess_peak_bytes": peak_bytes(device), "workers": worker_memory(serial, batched, device)}
-    del model, ref
-    release(device)
     print_speed(dtype, speed, idle, memory)
     return {"speed": speed, "idle": idle, "memory": memory}
 
@@ -247,23 +281,30 @@ def run(args, device: str, result: dict) -> None:
     fleet, pool = Fleet(), None
     try:
         with phase(result, "build models"):
-            dirs = build_models(args.shape, root, build_workers(args.shape))
-        speed_dir = dirs[SPEED_MODEL]
-        for dtype in DTYPES:
-            for batch in (1, args.batch):
-                fleet.launch(daemon_name(dtype, batch), speed_dir, device, dtype, batch)
-        with phase(result, "parity"):
-            result["sdpa"] = sdpa_probe.probe(device)
-            sdpa_probe.print_probe(result["sdpa"])
-            result["parity"] = []
-            parity_phase(dirs, device, args, result["parity"], (release, reset_peak, peak_bytes))
-        with phase(result, "start daemons and clients"):
-            daemons = fleet.wait()
-            pool = ClientPool(args.clients)
-        result["dtypes"] = {}
-        for dtype in DTYPES:
-            with phase(result, f"speed, idle and memory, {dtype}"):
-                result["dtypes"][dtype] = speed_phase(dtype, daemons, pool, speed_dir, device, args)
+            dirs = build_models(args.shape, root, build_workers(args.shape, args.phases), args.phases)
+        if "speed" in args.phases:
+            for dtype in args.dtypes:
+                for batch in (1, args.batch):
+                    fleet.launch(daemon_name(dtype, batch), dirs[SPEED_MODEL], device, dtype, batch)
+        # the kernel torch picks at the checked models' heads and head size: what parity and busy ran
+        result["sdpa"] = sdpa_probe.probe(device, shape=probe_shape(args.shape))
+        sdpa_probe.print_probe(result["sdpa"])
+        if "parity" in args.phases:
+            with phase(result, "parity"):
+                result["parity"] = []
+                parity_phase(dirs, device, args, result["parity"], (release, reset_peak, peak_bytes))
+        daemons = {}
+        if "speed" in args.phases:
+            with phase(result, "start daemons and clients"):
+                daemons = fleet.wait()
+                pool = ClientPool(args.clients)
+        per_dtype = [p for p in PHASES if p in args.phases and p != "parity"]
+        if per_dtype:
+            result["dtypes"] = {}
+            for dtype in args.dtypes:
+                with phase(result, f"{' and '.join(per_dtype)}, {dtype}"):
+                    dtype_phase(dtype, daemons, pool, dirs[SPEED_MODEL], device, args,
+                                result["dtypes"].setdefault(dtype, {}))
     finally:
         signal.alarm(0)     # the clean-up itself must not be cut short
         fleet.stop()
@@ -281,8 +322,10 @@ def parse_args(argv=None):
     p.add_argument("--requests", type=int, help="requests per throughput round [default: 192, --cpu 32]")
     p.add_argument("--clients", type=int, help="concurrent client processes [default: 32, --cpu 8]")
     p.add_argument("--rounds", type=int, help="throughput rounds per dtype [default: 3, --cpu 2]")
-    p.add_argument("--parity-n", type=int, help="requests per parity case [default: 64, --cpu 16]")
+    p.add_argument("--parity-n", type=int, help="requests per parity case [default: 32, --cpu 16]")
     p.add_argument("--idle-requests", type=int, help="requests at concurrency 1 [default: 32, --cpu 16]")
+    p.add_argument("--busy-passes", type=int, help="measured passes of --batch requests in the busy phase, "
+                   "after 2 unmeasured ones; 4 times as many passes of one [default: 6, --cpu 2]")
     p.add_argument("--batch", type=int, default=32, help="max_batch_size of the batched daemon and parity runs")
     p.add_argument("--workload", default="short", choices=list(workloads.WORKLOADS),
                    help="requests of the throughput and idle runs [default: short, 20-40 token states, "
@@ -290,6 +333,11 @@ def parse_args(argv=None):
     p.add_argument("--time-limit", type=int, default=570, metavar="S",
                    help="give up after S seconds, stopping every daemon and writing what was measured "
                         "(exit 3); 0: no limit [default: 570, inside a 10-minute job]")
+    p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES), metavar="PHASE",
+                   help=f"run only these phases, of {', '.join(PHASES)} (a short device lease can "
+                        "finish what a cut run left) [default: all]")
+    p.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES), metavar="DTYPE",
+                   help=f"the dtypes every phase runs, of {', '.join(DTYPES)} [default: both]")
     p.add_argument("--out", type=Path, help="JSON path [default: benchmarks/results/gpu-check-<device>-<shape>.json]")
     args = p.parse_args(argv)
     for name, (gpu, cpu) in SIZES.items():
@@ -308,8 +356,9 @@ def _abort(signum, frame):
 
 def new_result(args, device: str) -> dict:
     return {"check": "gpu-check", "machine": machine_info(device), "error": None, "phase_s": {},
-            "settings": {"shape": args.shape, "speed_model": "/".join(SPEED_MODEL), "layouts": LAYOUTS,
-                         "batch": args.batch, "batch_policy": "adaptive", "workload": args.workload,
+            "settings": {"shape": args.shape, "phases": args.phases, "dtypes": args.dtypes,
+                         "speed_model": "/".join(SPEED_MODEL), "layouts": LAYOUTS, "batch": args.batch,
+                         "batch_policy": "adaptive", "workload": args.workload,
                          "torch_threads": CPU_THREADS if args.cpu else None,
                          **{name: getattr(args, name) for name in SIZES}}}
 

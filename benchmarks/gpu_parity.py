@@ -55,9 +55,9 @@ def parity_case(model, layout: str, bodies: list, batch: int) -> dict:
             "batched_mean_batch_size": (e.stats.requests - scored) / max(1, e.stats.batches - passes)}
 
 
-def cases() -> list[tuple[str, str, str, str]]:
-    """(arch, readout, dtype, layout) of every parity case."""
-    return [(arch, readout, dtype, layout) for arch, readout, dtype in itertools.product(LAYOUTS, READOUTS, DTYPES)
+def cases(dtypes=DTYPES) -> list[tuple[str, str, str, str]]:
+    """(arch, readout, dtype, layout) of every parity case in these dtypes."""
+    return [(arch, readout, dtype, layout) for arch, readout, dtype in itertools.product(LAYOUTS, READOUTS, dtypes)
             for layout in (*LAYOUTS[arch], CACHED)]
 
 
@@ -68,7 +68,7 @@ def parity_phase(dirs: dict, device: str, args, rows: list, memory) -> None:
     """
     release, reset_peak, peak_bytes = memory
     bodies = workloads.mixed(args.parity_n, seed=7, max_words=30)
-    for (arch, readout, dtype), group in itertools.groupby(cases(), key=lambda c: c[:3]):
+    for (arch, readout, dtype), group in itertools.groupby(cases(args.dtypes), key=lambda c: c[:3]):
         release(device)
         reset_peak(device)
         model = load_model(str(dirs[arch, readout]), device=device, dtype=dtype)

@@ -32,15 +32,16 @@ def judge(result: dict) -> list[dict]:
         add("every probability finite (fp32 and bf16, batched and serial)", bad, "== 0 non-finite", bad == 0)
         errors = sum(r["errors"] + r["mismatched"] for r in parity)
         add("no parity request failed or answered other questions", errors, "== 0", errors == 0)
-    served = [p["speed"]["daemon_non_finite"] for p in result.get("dtypes", {}).values()]
+    speeds = {dtype: p["speed"] for dtype, p in result.get("dtypes", {}).items() if "speed" in p}
+    served = [speed["daemon_non_finite"] for speed in speeds.values()]
     if served and None not in served:      # the daemons count them where status reports it
         add("daemons: no pass with a non-finite probability (status batching.non_finite)", sum(served), "== 0",
             sum(served) == 0)
     for dtype, bound in SPEED_BOUNDS.items():
-        phase = result.get("dtypes", {}).get(dtype)
-        if phase:
-            ratio = phase["speed"]["batched_over_serial"]
-            add(f"{dtype}: batched / serial throughput, {phase['speed']['clients']} clients", ratio,
+        speed = speeds.get(dtype)
+        if speed:
+            ratio = speed["batched_over_serial"]
+            add(f"{dtype}: batched / serial throughput, {speed['clients']} clients", ratio,
                 f">= {bound:g}", ratio >= bound, judged=on_gpu)
     return out
 
@@ -53,7 +54,7 @@ def print_speed(dtype: str, speed: dict, idle: dict, memory: dict) -> None:
               f"{r['mean_batch_size']:5.2f}")
     print(f"  {dtype} batched / serial: {speed['batched_over_serial']:.2f}x (median of "
           f"{', '.join(f'{x:.2f}' for x in speed['batched_over_serial_rounds'])}); in-process ideal batches "
-          f"{speed['inprocess_ideal_rps']:.1f} req/s")
+          f"{speed['inprocess_ideal_rps']:.1f} req/s, the batched daemon {speed['daemon_over_ideal']:.2f} of it")
     print(f"  {dtype} idle p50: in-process {idle['inprocess_p50_ms']:.2f} ms, daemon {idle['daemon_p50_ms']:.2f} ms "
           f"({idle['daemon_over_inprocess']:.3f}x, {idle['overhead_ms']:.2f} ms a request), batched daemon "
           f"{idle['batched_daemon_p50_ms']:.2f} ms")

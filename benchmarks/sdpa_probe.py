@@ -6,12 +6,14 @@ because CUDA's memory-efficient kernel returns NaN for such a row where the
 CPU's returns zeros (engine/masks.py). This records, on the device at hand,
 the kernel chosen for no mask (causal), an additive float mask and a
 boolean one, per dtype, and what comes out for a row whose every key is
-masked: "nan", "zeros" or "finite" (something else).
+masked: "nan", "zeros" or "finite" (something else). The kernel depends on
+the head size too (cuDNN's and flash's limits), so gpu-check probes at the
+checked model's heads and head size.
 """
 import torch
 import torch.nn.functional as F
 
-SHAPE = (2, 4, 16, 64)       # batch, heads, positions, head_dim
+SHAPE = (2, 4, 16, 64)       # batch, heads, positions, head_dim: the tiny models' heads
 DEAD = (0, 0, 5)             # the query row left with no key
 
 
@@ -32,12 +34,12 @@ def _dead_row(out: torch.Tensor) -> str:
     return "zeros" if torch.equal(row, torch.zeros_like(row)) else "finite"
 
 
-def probe(device: str, dtypes=(torch.float32, torch.bfloat16)) -> list[dict]:
+def probe(device: str, dtypes=(torch.float32, torch.bfloat16), shape=SHAPE) -> list[dict]:
     rows = []
     generator = torch.Generator().manual_seed(0)
     for dtype in dtypes:
-        q, k, v = (torch.randn(SHAPE, generator=generator).to(device=device, dtype=dtype) for _ in range(3))
-        b, _, n, _ = SHAPE
+        q, k, v = (torch.randn(shape, generator=generator).to(device=device, dtype=dtype) for _ in range(3))
+        b, _, n, _ = shape
         allowed = torch.ones((b, 1, n, n), dtype=torch.bool, device=device).tril()
         allowed[DEAD[0], 0, DEAD[2]] = False
         additive = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)

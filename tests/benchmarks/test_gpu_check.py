@@ -1,4 +1,5 @@
 """CI runs the GPU check on the CPU, small (scripts/gpu-check --cpu --shape tiny), so it never rots."""
+import importlib.util
 import json
 import subprocess
 from pathlib import Path
@@ -20,7 +21,8 @@ def check(tmp_path_factory):
     (the suite's time is bounded; the figures are not judged on a CPU)."""
     out = tmp_path_factory.mktemp("gpu-check") / "check.json"
     proc = subprocess.run([str(SCRIPT), "--cpu", "--shape", "tiny", "--parity-n", "2", "--requests", "8",
-                           "--clients", "4", "--rounds", "1", "--idle-requests", "4", "--out", str(out)],
+                           "--clients", "4", "--rounds", "1", "--idle-requests", "4", "--busy-passes", "1",
+                           "--out", str(out)],
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(out.read_text())
@@ -77,6 +79,61 @@ def test_throughput_and_idle_for_both_dtypes(check):
         assert len(workers) == 2 and all(w["memory_total_bytes"] > w["memory_peak_bytes"] > 0 for w in workers)
 
 
+def test_busy_for_both_dtypes_and_every_variant(check):
+    for dtype in ("fp32", "bf16"):
+        busy = check["dtypes"][dtype]["busy"]
+        assert set(busy) == {"as_served", "without_cudnn_attention", "delta_rule_on_torch"}
+        for cases in busy.values():
+            assert cases["batched"]["requests_per_pass"] == 32 and cases["single"]["requests_per_pass"] == 1
+            assert cases["batched"]["passes"] == 1 and cases["single"]["passes"] == 4
+            for r in cases.values():
+                assert r["wall_ms"] > 0
+                # no device timeline on the CPU: nothing is made up in its place
+                assert r["busy_ms"] is r["busy_fraction"] is r["device_ops_per_pass"] is None
+
+
+def test_the_sdpa_probe_runs_at_the_models_head_size():
+    """0.8b's attention heads (8 of 256) reach the probe; the kernel can depend on them."""
+    spec = importlib.util.spec_from_file_location("sdpa_probe", ROOT / "benchmarks" / "sdpa_probe.py")
+    probe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(probe)
+    rows = probe.probe("cpu", shape=(2, 8, 16, 256))
+    assert len(rows) == 6 and all(r["kernel"] for r in rows)
+
+
+def test_phases_and_dtypes_run_alone(tmp_path):
+    """--phases busy --dtypes bf16: only that, no daemon started, and its figures written."""
+    out = tmp_path / "busy.json"
+    proc = subprocess.run([str(SCRIPT), "--cpu", "--shape", "tiny", "--phases", "busy", "--dtypes", "bf16",
+                           "--busy-passes", "1", "--out", str(out)], capture_output=True, text=True, timeout=200)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["settings"]["phases"] == ["busy"] and result["settings"]["dtypes"] == ["bf16"]
+    assert "parity" not in result and list(result["dtypes"]) == ["bf16"]
+    assert list(result["dtypes"]["bf16"]) == ["busy"]
+    assert "start daemons and clients" not in result["phase_s"]
+    assert result["sdpa"] and result["targets"] == [] and result["passed"] is True
+
+
+def _gpu_busy():
+    spec = importlib.util.spec_from_file_location("gpu_busy", ROOT / "benchmarks" / "gpu_busy.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("intervals, expected", [
+    ([], 0.0),
+    ([(0, 2)], 2.0),
+    ([(0, 2), (1, 3)], 3.0),                  # overlapping: counted once
+    ([(5, 6), (0, 2), (5.5, 5.7)], 3.0),      # unsorted, one inside another
+    ([(0, 1), (1, 2)], 2.0),                  # touching
+    ([(0, 10), (2, 3), (4, 12)], 12.0),
+])
+def test_device_busy_is_the_union_of_kernel_intervals(intervals, expected):
+    assert _gpu_busy().union_us(intervals) == expected
+
+
 def test_speed_targets_not_judged_on_cpu(check):
     by_name = {t["target"]: t for t in check["targets"]}
     speed = [t for name, t in by_name.items() if "throughput" in name]
@@ -93,3 +150,44 @@ def test_cuda_requested_but_unavailable_exits_2(tmp_path):
     assert proc.returncode == 2
     assert "CUDA is not available" in proc.stderr
     assert not (tmp_path / "x.json").exists()
+
+
+def test_the_delta_rule_on_torch_swaps_and_restores(tmp_path):
+    """The busy phase's third variant: for its duration the prefill delta rule runs transformers'
+    PyTorch code (the function under what serves it), never what serves it; afterwards what
+    served it before is back."""
+    import inspect
+
+    from jevany_daemon import workloads
+    from jevany_daemon.engine.engine import Engine
+    from jevany_daemon.model import kernels
+    from jevany_daemon.model.loading import load_model
+    from jevany_daemon.model.tiny import build_tiny_model
+
+    busy = _gpu_busy()
+    model = load_model(str(build_tiny_model(tmp_path / "m", arch="qwen3_5")), device="cpu")
+    module = kernels._modeling_module(model.causal_lm)
+    original = getattr(module, kernels.PREFILL_RULE)
+    reference, calls = inspect.unwrap(original), []
+
+    def counted(*args, **kwargs):
+        calls.append(1)
+        return reference(*args, **kwargs)
+
+    def served(*args, **kwargs):        # stands in for fla's kernel: must not run in the variant
+        raise AssertionError("the served kernel ran")
+
+    counted.__signature__ = inspect.signature(reference)
+    served.__wrapped__ = counted
+    bodies = workloads.mixed(4, seed=3, max_words=20)
+    first = Engine(model)
+    before = [first.score([first.admit(b)])[0]["answers"] for b in bodies]
+    setattr(module, kernels.PREFILL_RULE, served)
+    try:
+        with busy.delta_rule_on_torch(model.causal_lm):
+            engine = Engine(model)
+            during = [engine.score([engine.admit(b)])[0]["answers"] for b in bodies]
+        assert getattr(module, kernels.PREFILL_RULE) is served
+    finally:
+        setattr(module, kernels.PREFILL_RULE, original)
+    assert calls and during == before

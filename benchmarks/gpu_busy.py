@@ -1,0 +1,133 @@
+"""How busy the device is while the engine serves passes in-process: gpu-check's busy phase.
+
+A pass is kept waiting by the host (admission, launching each kernel, shaping answers) or by the
+device (its kernels). The CPU proxies in host_bench.py count what the host does; this reads the
+device's side on a real GPU: torch's profiler lists every kernel and copy the passes ran, their
+union on the device's timeline is the busy time, and the same passes run again without the
+profiler give the wall time it is set against (the profiler's own host cost would otherwise make
+the device look idler than it is).
+
+Two cases per dtype: passes of `batch` requests (what a loaded daemon serves) and passes of one
+(what an idle daemon serves, where launches rather than arithmetic set the latency). Each runs
+three times: as served; with cuDNN's attention kernel left out; and with the linear-attention
+layers' delta rule on transformers' PyTorch code instead of flash-linear-attention's Triton
+kernels. On an H200 (2026-12-04) a bf16 pass took over twice an fp32 one, and bf16 differs in
+both: torch picked cuDNN's attention for bf16 (the memory-efficient kernel for fp32), and cuDNN
+builds an execution plan for each new shape, which every pass here brings; and fla serves bf16
+only (model/kernels.py), with a host cost per Triton launch. The variants say which it is.
+
+On the CPU there is no device timeline: busy and device ops are None and only the wall time is
+measured, so CI runs the code without judging anything.
+"""
+import inspect
+import time
+from contextlib import contextmanager, nullcontext
+
+import torch
+from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.profiler import ProfilerActivity, profile
+
+from jevany_daemon.model import kernels
+
+WARM_PASSES = 2     # new shapes compile Triton kernels and grow the allocator: not measured
+
+
+def union_us(intervals: list[tuple[float, float]]) -> float:
+    """The length of the union of [start, end) intervals: the time at least one kernel ran."""
+    total, reach = 0.0, float("-inf")
+    for start, end in sorted(intervals):
+        if end <= reach:
+            continue
+        total += end - max(start, reach)
+        reach = end
+    return total
+
+
+def _run(engine, passes: list[list]) -> None:
+    for bodies in passes:
+        engine.score([engine.admit(b) for b in bodies])
+
+
+def _sync(device: str) -> None:
+    if device == "cuda":
+        torch.cuda.synchronize()
+
+
+def measure(engine, passes: list[list], profiled: list[list], device: str) -> dict:
+    """Wall ms per pass of passes[WARM_PASSES:], unprofiled; device busy ms and device ops (kernels
+    and copies) per pass from a profiled run of `profiled`, as many passes of the same sizes."""
+    _run(engine, passes[:WARM_PASSES])
+    measured = passes[WARM_PASSES:]
+    _sync(device)
+    started = time.perf_counter()
+    _run(engine, measured)
+    _sync(device)
+    wall_ms = (time.perf_counter() - started) * 1000 / len(measured)
+    out = {"passes": len(measured), "requests_per_pass": len(measured[0]), "wall_ms": wall_ms,
+           "busy_ms": None, "busy_fraction": None, "device_ops_per_pass": None}
+    if device != "cuda":
+        return out
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        _run(engine, profiled)
+        _sync(device)
+    on_device = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy_ms = union_us([(e.time_range.start, e.time_range.end) for e in on_device]) / 1000 / len(profiled)
+    out.update(busy_ms=busy_ms, busy_fraction=busy_ms / wall_ms, device_ops_per_pass=len(on_device) / len(profiled))
+    return out
+
+
+@contextmanager
+def delta_rule_on_torch(causal_lm):
+    """The prefill delta rule on transformers' PyTorch code for a while, whatever serves it."""
+    module = kernels._modeling_module(causal_lm)
+    served = getattr(module, kernels.PREFILL_RULE, None) if module is not None else None
+    if served is None:
+        yield
+        return
+    reference = inspect.unwrap(served.fast if getattr(served, "fp32_on_torch", False) else served)
+    accepted = set(inspect.signature(reference).parameters)
+
+    def on_torch(*args, **kwargs):      # fla's own arguments (cu_seqlens...) are not the reference's
+        return reference(*args, **{k: v for k, v in kwargs.items() if k in accepted})
+
+    setattr(module, kernels.PREFILL_RULE, on_torch)
+    try:
+        yield
+    finally:
+        setattr(module, kernels.PREFILL_RULE, served)
+
+
+def variants(model) -> dict:
+    """The busy phase's runs: as served; every attention kernel but cuDNN's; the delta rule on torch."""
+    without_cudnn = [b for b in SDPBackend.__members__.values()
+                     if b not in (SDPBackend.CUDNN_ATTENTION, SDPBackend.ERROR)]
+    return {"as_served": nullcontext, "without_cudnn_attention": lambda: sdpa_kernel(without_cudnn),
+            "delta_rule_on_torch": lambda: delta_rule_on_torch(model.causal_lm)}
+
+
+def busy_phase(ref, model, workload, batch: int, device: str, out: dict, label: str, passes: int = 6) -> None:
+    """Fills out[variant][case] and prints it as each is measured, so a run cut short keeps and
+    shows what it finished.
+
+    ref: bench.InProcess of `model` (its ideal engine takes `batch` a pass, its serial engine one);
+    workload(n, seed): n request bodies. Every run gets requests of its own draw: the same
+    requests again would find their prefixes cached by an earlier run, a lighter pass."""
+    seeds = iter(range(13, 1000))
+    for variant, kernels_of in variants(model).items():
+        out[variant] = {}
+        for case, engine, size, count in (("batched", ref.ideal, batch, passes),
+                                          ("single", ref.serial, 1, 4 * passes)):
+            draws = [workload((WARM_PASSES + count) * size, seed=next(seeds)) for _ in range(2)]
+            timed_passes, profiled_passes = ([d[i * size:(i + 1) * size] for i in range(WARM_PASSES + count)]
+                                             for d in draws)
+            with kernels_of():
+                r = out[variant][case] = measure(engine, timed_passes, profiled_passes[WARM_PASSES:], device)
+            print_case(f"{label} busy, {variant},", r)
+
+
+def print_case(prefix: str, r: dict) -> None:
+    line = f"  {prefix} {r['requests_per_pass']:>2} a pass: {r['wall_ms']:8.2f} ms a pass"
+    if r["busy_ms"] is not None:
+        line += (f", device busy {r['busy_ms']:.2f} ms ({r['busy_fraction']:.0%}), "
+                 f"{r['device_ops_per_pass']:.0f} kernels and copies a pass")
+    print(line)
