@@ -27,6 +27,7 @@ import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
+from jevany_daemon.engine.probe import Probe
 from jevany_daemon.model import kernels
 
 WARM_PASSES = 2     # new shapes compile Triton kernels and grow the allocator: not measured
@@ -59,11 +60,15 @@ def measure(engine, passes: list[list], profiled: list[list], device: str) -> di
     _run(engine, passes[:WARM_PASSES])
     measured = passes[WARM_PASSES:]
     _sync(device)
-    started = time.perf_counter()
-    _run(engine, measured)
-    _sync(device)
-    wall_ms = (time.perf_counter() - started) * 1000 / len(measured)
+    # forwards counted, nothing else (ops=False dispatches nothing through Python): a pass of
+    # misses on a hybrid model runs its kept states first, a second forward
+    with Probe(engine).active(ops=False) as probe:
+        started = time.perf_counter()
+        _run(engine, measured)
+        _sync(device)
+        wall_ms = (time.perf_counter() - started) * 1000 / len(measured)
     out = {"passes": len(measured), "requests_per_pass": len(measured[0]), "wall_ms": wall_ms,
+           "forwards_per_pass": probe.counts.forwards / len(measured),
            "busy_ms": None, "busy_fraction": None, "device_ops_per_pass": None}
     if device != "cuda":
         return out
@@ -126,7 +131,8 @@ def busy_phase(ref, model, workload, batch: int, device: str, out: dict, label: 
 
 
 def print_case(prefix: str, r: dict) -> None:
-    line = f"  {prefix} {r['requests_per_pass']:>2} a pass: {r['wall_ms']:8.2f} ms a pass"
+    line = (f"  {prefix} {r['requests_per_pass']:>2} a pass: {r['wall_ms']:8.2f} ms a pass, "
+            f"{r['forwards_per_pass']:.1f} forwards")
     if r["busy_ms"] is not None:
         line += (f", device busy {r['busy_ms']:.2f} ms ({r['busy_fraction']:.0%}), "
                  f"{r['device_ops_per_pass']:.0f} kernels and copies a pass")
