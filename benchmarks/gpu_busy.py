@@ -21,6 +21,7 @@ measured, so CI runs the code without judging anything.
 """
 import inspect
 import time
+from collections import Counter
 from contextlib import contextmanager, nullcontext
 
 import torch
@@ -31,6 +32,8 @@ from jevany_daemon.engine.probe import Probe
 from jevany_daemon.model import kernels
 
 WARM_PASSES = 2     # new shapes compile Triton kernels and grow the allocator: not measured
+TOP_OPS = 15        # host and device ops listed, by time
+NAME_CHARS = 100    # of a kernel's name (C++ templates run to thousands)
 
 
 def union_us(intervals: list[tuple[float, float]]) -> float:
@@ -44,6 +47,15 @@ def union_us(intervals: list[tuple[float, float]]) -> float:
     return total
 
 
+def top(timed: list[tuple[str, float]], passes: int, keep: int = TOP_OPS) -> dict:
+    """The names that took the most time: {name: {"ms": per pass, "calls": per pass}}, most first."""
+    ms, calls = Counter(), Counter()
+    for name, us in timed:
+        ms[name] += us / 1000 / passes
+        calls[name] += 1 / passes
+    return {name[:NAME_CHARS]: {"ms": round(t, 3), "calls": round(calls[name], 2)} for name, t in ms.most_common(keep)}
+
+
 def _run(engine, passes: list[list]) -> None:
     for bodies in passes:
         engine.score([engine.admit(b) for b in bodies])
@@ -55,8 +67,11 @@ def _sync(device: str) -> None:
 
 
 def measure(engine, passes: list[list], profiled: list[list], device: str) -> dict:
-    """Wall ms per pass of passes[WARM_PASSES:], unprofiled; device busy ms and device ops (kernels
-    and copies) per pass from a profiled run of `profiled`, as many passes of the same sizes."""
+    """Wall ms per pass of passes[WARM_PASSES:], unprofiled; from a profiled run of `profiled`, as
+    many passes of the same sizes: the host ops that took the most of the host's time, and on
+    CUDA the device's busy ms, its ops (kernels and copies) and those that took the most of it.
+    The names say where a pass goes: an attention op whose host time dwarfs its kernel's (cuDNN
+    building a plan), a flood of small kernels (launches), a copy no one meant."""
     _run(engine, passes[:WARM_PASSES])
     measured = passes[WARM_PASSES:]
     _sync(device)
@@ -70,14 +85,19 @@ def measure(engine, passes: list[list], profiled: list[list], device: str) -> di
     out = {"passes": len(measured), "requests_per_pass": len(measured[0]), "wall_ms": wall_ms,
            "forwards_per_pass": probe.counts.forwards / len(measured),
            "busy_ms": None, "busy_fraction": None, "device_ops_per_pass": None}
-    if device != "cuda":
-        return out
-    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
+    with profile(activities=activities) as prof:
         _run(engine, profiled)
         _sync(device)
-    on_device = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
-    busy_ms = union_us([(e.time_range.start, e.time_range.end) for e in on_device]) / 1000 / len(profiled)
-    out.update(busy_ms=busy_ms, busy_fraction=busy_ms / wall_ms, device_ops_per_pass=len(on_device) / len(profiled))
+    events, n = prof.events(), len(profiled)
+    host = [(e.name, e.self_cpu_time_total) for e in events if e.device_type == torch.autograd.DeviceType.CPU]
+    out["top_host_ops"] = top(host, n)
+    if device != "cuda":
+        return out
+    on_device = [e for e in events if e.device_type == torch.autograd.DeviceType.CUDA]
+    busy_ms = union_us([(e.time_range.start, e.time_range.end) for e in on_device]) / 1000 / n
+    out.update(busy_ms=busy_ms, busy_fraction=busy_ms / wall_ms, device_ops_per_pass=len(on_device) / n,
+               top_device_ops=top([(e.name, e.time_range.elapsed_us()) for e in on_device], n))
     return out
 
 

@@ -90,6 +90,11 @@ def test_busy_for_both_dtypes_and_every_variant(check):
                 assert r["wall_ms"] > 0 and r["forwards_per_pass"] >= 1
                 # no device timeline on the CPU: nothing is made up in its place
                 assert r["busy_ms"] is r["busy_fraction"] is r["device_ops_per_pass"] is None
+                assert "top_device_ops" not in r
+                # the host's ops are listed, most time first
+                ops = list(r["top_host_ops"].values())
+                assert 0 < len(ops) <= 15 and all(o["ms"] >= 0 and o["calls"] > 0 for o in ops)
+                assert [o["ms"] for o in ops] == sorted((o["ms"] for o in ops), reverse=True)
 
 
 def test_the_sdpa_probe_runs_at_the_models_head_size():
@@ -132,6 +137,11 @@ def _gpu_busy():
 ])
 def test_device_busy_is_the_union_of_kernel_intervals(intervals, expected):
     assert _gpu_busy().union_us(intervals) == expected
+
+
+def test_top_ops_are_per_pass_and_by_time():
+    timed = [("a", 1000.0), ("b", 3000.0), ("a", 1000.0), ("c", 500.0)]
+    assert _gpu_busy().top(timed, passes=2, keep=2) == {"b": {"ms": 1.5, "calls": 0.5}, "a": {"ms": 1.0, "calls": 1.0}}
 
 
 def test_speed_targets_not_judged_on_cpu(check):
