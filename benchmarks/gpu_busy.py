@@ -16,8 +16,8 @@ both: torch picked cuDNN's attention for bf16 (the memory-efficient kernel for f
 builds an execution plan for each new shape, which every pass here brings; and fla serves bf16
 only (model/kernels.py), with a host cost per Triton launch. The variants say which it is.
 
-On the CPU there is no device timeline: busy and device ops are None and only the wall time is
-measured, so CI runs the code without judging anything.
+On the CPU there is no device timeline: busy and device ops are None, and the wall time and the
+host's costliest ops are measured, so CI runs the code without judging anything.
 """
 import inspect
 import time
@@ -112,7 +112,9 @@ def delta_rule_on_torch(causal_lm):
     reference = inspect.unwrap(served.fast if getattr(served, "fp32_on_torch", False) else served)
     accepted = set(inspect.signature(reference).parameters)
 
-    def on_torch(*args, **kwargs):      # fla's own arguments (cu_seqlens...) are not the reference's
+    def on_torch(*args, **kwargs):
+        if kwargs.get("cu_seqlens") is not None:      # rows packed end to end: the reference would mix them
+            raise ValueError("packed sequences need the served kernel; this variant cannot run them")
         return reference(*args, **{k: v for k, v in kwargs.items() if k in accepted})
 
     setattr(module, kernels.PREFILL_RULE, on_torch)

@@ -99,10 +99,7 @@ def test_busy_for_both_dtypes_and_every_variant(check):
 
 def test_the_sdpa_probe_runs_at_the_models_head_size():
     """0.8b's attention heads (8 of 256) reach the probe; the kernel can depend on them."""
-    spec = importlib.util.spec_from_file_location("sdpa_probe", ROOT / "benchmarks" / "sdpa_probe.py")
-    probe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(probe)
-    rows = probe.probe("cpu", shape=(2, 8, 16, 256))
+    rows = _benchmark("sdpa_probe").probe("cpu", shape=(2, 8, 16, 256))
     assert len(rows) == 6 and all(r["kernel"] for r in rows)
 
 
@@ -120,8 +117,9 @@ def test_phases_and_dtypes_run_alone(tmp_path):
     assert result["sdpa"] and result["targets"] == [] and result["passed"] is True
 
 
-def _gpu_busy():
-    spec = importlib.util.spec_from_file_location("gpu_busy", ROOT / "benchmarks" / "gpu_busy.py")
+def _benchmark(name: str):
+    """A module of benchmarks/ (not a package: scripts import each other by name)."""
+    spec = importlib.util.spec_from_file_location(name, ROOT / "benchmarks" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
@@ -136,12 +134,12 @@ def _gpu_busy():
     ([(0, 10), (2, 3), (4, 12)], 12.0),
 ])
 def test_device_busy_is_the_union_of_kernel_intervals(intervals, expected):
-    assert _gpu_busy().union_us(intervals) == expected
+    assert _benchmark("gpu_busy").union_us(intervals) == expected
 
 
 def test_top_ops_are_per_pass_and_by_time():
     timed = [("a", 1000.0), ("b", 3000.0), ("a", 1000.0), ("c", 500.0)]
-    assert _gpu_busy().top(timed, passes=2, keep=2) == {"b": {"ms": 1.5, "calls": 0.5}, "a": {"ms": 1.0, "calls": 1.0}}
+    assert _benchmark("gpu_busy").top(timed, passes=2, keep=2) == {"b": {"ms": 1.5, "calls": 0.5}, "a": {"ms": 1.0, "calls": 1.0}}
 
 
 def test_speed_targets_not_judged_on_cpu(check):
@@ -174,7 +172,7 @@ def test_the_delta_rule_on_torch_swaps_and_restores(tmp_path):
     from jevany_daemon.model.loading import load_model
     from jevany_daemon.model.tiny import build_tiny_model
 
-    busy = _gpu_busy()
+    busy = _benchmark("gpu_busy")
     model = load_model(str(build_tiny_model(tmp_path / "m", arch="qwen3_5")), device="cpu")
     module = kernels._modeling_module(model.causal_lm)
     original = getattr(module, kernels.PREFILL_RULE)
@@ -197,6 +195,9 @@ def test_the_delta_rule_on_torch_swaps_and_restores(tmp_path):
         with busy.delta_rule_on_torch(model.causal_lm):
             engine = Engine(model)
             during = [engine.score([engine.admit(b)])[0]["answers"] for b in bodies]
+            # rows packed end to end would be mixed by the reference: refused, not run
+            with pytest.raises(ValueError, match="packed sequences"):
+                getattr(module, kernels.PREFILL_RULE)(None, None, None, cu_seqlens=[0, 3])
         assert getattr(module, kernels.PREFILL_RULE) is served
     finally:
         setattr(module, kernels.PREFILL_RULE, original)
