@@ -19,7 +19,6 @@ only (model/kernels.py), with a host cost per Triton launch. The variants say wh
 On the CPU there is no device timeline: busy and device ops are None, and the wall time and the
 host's costliest ops are measured, so CI runs the code without judging anything.
 """
-import inspect
 import time
 from collections import Counter
 from contextlib import contextmanager, nullcontext
@@ -104,18 +103,17 @@ def measure(engine, passes: list[list], profiled: list[list], device: str) -> di
 @contextmanager
 def delta_rule_on_torch(causal_lm):
     """The prefill delta rule on transformers' PyTorch code for a while, whatever serves it."""
-    module = kernels._modeling_module(causal_lm)
+    module = kernels.modeling_module(causal_lm)
     served = getattr(module, kernels.PREFILL_RULE, None) if module is not None else None
     if served is None:
         yield
         return
-    reference = inspect.unwrap(served.fast if getattr(served, "fp32_on_torch", False) else served)
-    accepted = set(inspect.signature(reference).parameters)
+    reference = kernels.reference_call(served)
 
     def on_torch(*args, **kwargs):
         if kwargs.get("cu_seqlens") is not None:      # rows packed end to end: the reference would mix them
             raise ValueError("packed sequences need the served kernel; this variant cannot run them")
-        return reference(*args, **{k: v for k, v in kwargs.items() if k in accepted})
+        return reference(*args, **kwargs)
 
     setattr(module, kernels.PREFILL_RULE, on_torch)
     try:

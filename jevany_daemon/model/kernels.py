@@ -41,7 +41,7 @@ def strict_fp32(device: torch.device) -> None:
 
 def prepare(causal_lm, dtype: torch.dtype, device: torch.device) -> dict[str, str] | None:
     """Make the linear-attention path safe for dtype; {function: what serves it}, or None without such layers."""
-    module = _modeling_module(causal_lm)
+    module = modeling_module(causal_lm)
     if module is None:
         return None
     if device.type == "cpu":
@@ -75,7 +75,8 @@ def serving(fn) -> str:
     return TORCH
 
 
-def _modeling_module(causal_lm):
+def modeling_module(causal_lm):
+    """The transformers module that binds a hybrid model's kernel functions; None without such layers."""
     for layer in causal_lm.modules():
         attn = getattr(layer, "linear_attn", None)
         if attn is not None:
@@ -83,17 +84,29 @@ def _modeling_module(causal_lm):
     return None
 
 
+def reference_call(fn):
+    """The reference PyTorch function under one of transformers' kernel-or-fallback functions (or under
+    our FP32 dispatch in front of one), called with only the keyword arguments it takes: a kernel's own
+    (fla's cu_seqlens...) are not the reference's."""
+    reference = inspect.unwrap(fn.fast if getattr(fn, "fp32_on_torch", False) else fn)
+    parameters = inspect.signature(reference).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in parameters.values()):
+        return reference
+    accepted = set(parameters)
+
+    def call(*args, **kwargs):
+        return reference(*args, **{k: v for k, v in kwargs.items() if k in accepted})
+
+    return call
+
+
 def _fp32_on_torch(fast):
     """fast, except that FP32 inputs go to the reference PyTorch function it wraps."""
-    reference = inspect.unwrap(fast)
-    accepted = set(inspect.signature(reference).parameters)
-    takes_any = any(p.kind is p.VAR_KEYWORD for p in inspect.signature(reference).parameters.values())
+    reference = reference_call(fast)
 
     def dispatch(query, *args, **kwargs):
         if query.dtype != torch.float32:
             return fast(query, *args, **kwargs)
-        if not takes_any:
-            kwargs = {k: v for k, v in kwargs.items() if k in accepted}
         return reference(query, *args, **kwargs)
 
     dispatch.fp32_on_torch, dispatch.fast = True, fast
