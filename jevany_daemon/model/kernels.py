@@ -16,6 +16,17 @@ FP32 means FP32: on CUDA, matmuls and cuDNN may use TF32 tensor cores
 (10-bit mantissas) for FP32 inputs, which moves probabilities by far more
 than the 1e-5 our parity promises. An FP32 model on CUDA turns TF32 off for
 its process (strict_fp32); BF16 and FP16 are untouched.
+
+No cuDNN attention, whatever the dtype: on CUDA, torch's scaled-dot-product
+attention prefers cuDNN's kernel for BF16, and cuDNN builds an execution plan
+for every new shape. A served pass brings new shapes almost every time (its
+rows and widths follow the requests), so the plan is built, not reused. On an
+H200 (2026-12-04, gpu-check's busy phase, Qwen3.5-0.8B's shape, BF16) a pass
+of one request took 96 ms with cuDNN and 59 ms without; in a second run,
+with the order of the two reversed, 127 and 61 ms. The device's own work was
+5 ms either way. A model on CUDA turns cuDNN's attention off for its process
+(no_cudnn_attention); torch then picks the flash or memory-efficient kernel,
+which need no plan.
 """
 import inspect
 import logging
@@ -37,6 +48,12 @@ def strict_fp32(device: torch.device) -> None:
     if torch.device(device).type == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = False
         torch.backends.cudnn.allow_tf32 = False
+
+
+def no_cudnn_attention(device: torch.device) -> None:
+    """Scaled-dot-product attention without cuDNN's kernel on CUDA, process-wide (see above)."""
+    if torch.device(device).type == "cuda":
+        torch.backends.cuda.enable_cudnn_sdp(False)
 
 
 def prepare(causal_lm, dtype: torch.dtype, device: torch.device) -> dict[str, str] | None:

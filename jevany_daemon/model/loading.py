@@ -138,8 +138,9 @@ def load_model(
     model.info["linear_attention"] = kernels.describe(paths)
     model.info["linear_attention_kernels"] = _kernel_packages(paths)
     model.info["device_map"] = device_map
-    if model.dtype == torch.float32:
-        for d in model.devices:
+    for d in model.devices:
+        kernels.no_cudnn_attention(d)
+        if model.dtype == torch.float32:
             kernels.strict_fp32(d)
     # The daemon's log is one key=value record per line (server/logs.py), so this line is one too.
     event(log, "model_loaded", source=source, kind=kind, readout=model.readout,

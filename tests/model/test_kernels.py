@@ -93,3 +93,22 @@ def test_fp32_on_cuda_turns_tf32_off_and_leaves_the_cpu_alone():
         assert not torch.backends.cuda.matmul.allow_tf32 and not torch.backends.cudnn.allow_tf32
     finally:
         torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = matmul, cudnn
+
+
+def test_a_model_on_cuda_turns_cudnn_attention_off_and_the_cpu_leaves_it_alone():
+    # cuDNN builds a plan per new shape, and served passes bring new shapes: a pass of one took
+    # twice as long with it on an H200 (kernels.py). Flags only: no CUDA needed to set or read them.
+    import torch
+
+    from jevany_daemon.model.kernels import no_cudnn_attention
+
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        no_cudnn_attention(torch.device("cpu"))
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+        no_cudnn_attention(torch.device("cuda", 0))
+        assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
