@@ -9,12 +9,15 @@ the device look idler than it is).
 
 Two cases per dtype: passes of `batch` requests (what a loaded daemon serves) and passes of one
 (what an idle daemon serves, where launches rather than arithmetic set the latency). Each runs
-three times: as served; with cuDNN's attention kernel left out; and with the linear-attention
-layers' delta rule on transformers' PyTorch code instead of flash-linear-attention's Triton
-kernels. On an H200 (2026-12-04) a bf16 pass took over twice an fp32 one, and bf16 differs in
-both: torch picked cuDNN's attention for bf16 (the memory-efficient kernel for fp32), and cuDNN
-builds an execution plan for each new shape, which every pass here brings; and fla serves bf16
-only (model/kernels.py), with a host cost per Triton launch. The variants say which it is.
+three times: as served; with cuDNN's attention kernel let back in (torch's own choice for bf16,
+which the engine turns off: model/kernels.py); and with the linear-attention layers' delta rule
+on transformers' PyTorch code instead of flash-linear-attention's Triton kernels.
+
+The timed passes also count Triton's autotuning benchmarks, by kernel. fla keys the tuning of
+its chunked cumulative sum on the number of rows, so a pass with a row count no earlier pass had
+tunes again (four configs, each timed by Triton's benchmark loop): on an H200 (2026-12-04) the
+first variant run, whichever it was, met most of the new row counts and paid for them. Compare
+variants on passes of one (no new row counts after the first) or where the counts are equal.
 
 On the CPU there is no device timeline: busy and device ops are None, and the wall time and the
 host's costliest ops are measured, so CI runs the code without judging anything.
@@ -22,6 +25,7 @@ host's costliest ops are measured, so CI runs the code without judging anything.
 import time
 from collections import Counter
 from contextlib import contextmanager, nullcontext
+from unittest import mock
 
 import torch
 from torch.nn.attention import SDPBackend, sdpa_kernel
@@ -65,6 +69,26 @@ def _sync(device: str) -> None:
         torch.cuda.synchronize()
 
 
+@contextmanager
+def autotuning_counted():
+    """A Counter of Triton's autotuning benchmarks by kernel name while inside (one entry per config
+    timed), or None where Triton is not installed (CPU builds of torch)."""
+    try:
+        from triton.runtime.autotuner import Autotuner
+    except ImportError:
+        yield None
+        return
+    counts, bench = Counter(), Autotuner._bench
+
+    def counted(self, *args, **kwargs):
+        fn = getattr(self, "base_fn", None) or getattr(self, "fn", None)
+        counts[getattr(fn, "__name__", "?")] += 1
+        return bench(self, *args, **kwargs)
+
+    with mock.patch.object(Autotuner, "_bench", counted):
+        yield counts
+
+
 def measure(engine, passes: list[list], profiled: list[list], device: str) -> dict:
     """Wall ms per pass of passes[WARM_PASSES:], unprofiled; from a profiled run of `profiled`, as
     many passes of the same sizes: the host ops that took the most of the host's time, and on
@@ -76,13 +100,15 @@ def measure(engine, passes: list[list], profiled: list[list], device: str) -> di
     _sync(device)
     # forwards counted, nothing else (ops=False dispatches nothing through Python): a pass of
     # misses on a hybrid model runs its kept states first, a second forward
-    with Probe(engine).active(ops=False) as probe:
+    with Probe(engine).active(ops=False) as probe, autotuning_counted() as tunings:
         started = time.perf_counter()
         _run(engine, measured)
         _sync(device)
         wall_ms = (time.perf_counter() - started) * 1000 / len(measured)
     out = {"passes": len(measured), "requests_per_pass": len(measured[0]), "wall_ms": wall_ms,
            "forwards_per_pass": probe.counts.forwards / len(measured),
+           "autotune_benchmarks_per_pass": None if tunings is None else sum(tunings.values()) / len(measured),
+           "autotuned_kernels": None if tunings is None else dict(tunings.most_common()),
            "busy_ms": None, "busy_fraction": None, "device_ops_per_pass": None}
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     with profile(activities=activities) as prof:
@@ -123,10 +149,9 @@ def delta_rule_on_torch(causal_lm):
 
 
 def variants(model) -> dict:
-    """The busy phase's runs: as served; every attention kernel but cuDNN's; the delta rule on torch."""
-    without_cudnn = [b for b in SDPBackend.__members__.values()
-                     if b not in (SDPBackend.CUDNN_ATTENTION, SDPBackend.ERROR)]
-    return {"as_served": nullcontext, "without_cudnn_attention": lambda: sdpa_kernel(without_cudnn),
+    """The busy phase's runs: as served; every attention kernel, cuDNN's too; the delta rule on torch."""
+    every_kernel = [b for b in SDPBackend.__members__.values() if b is not SDPBackend.ERROR]
+    return {"as_served": nullcontext, "with_cudnn_attention": lambda: sdpa_kernel(every_kernel),
             "delta_rule_on_torch": lambda: delta_rule_on_torch(model.causal_lm)}
 
 
@@ -153,6 +178,8 @@ def busy_phase(ref, model, workload, batch: int, device: str, out: dict, label: 
 def print_case(prefix: str, r: dict) -> None:
     line = (f"  {prefix} {r['requests_per_pass']:>2} a pass: {r['wall_ms']:8.2f} ms a pass, "
             f"{r['forwards_per_pass']:.1f} forwards")
+    if r["autotune_benchmarks_per_pass"]:
+        line += f", {r['autotune_benchmarks_per_pass']:.1f} autotuning benchmarks"
     if r["busy_ms"] is not None:
         line += (f", device busy {r['busy_ms']:.2f} ms ({r['busy_fraction']:.0%}), "
                  f"{r['device_ops_per_pass']:.0f} kernels and copies a pass")

@@ -9,9 +9,9 @@ downloaded. qwen3_5 (hybrid, Gated DeltaNet) carries the rows and shared
 layouts; packed is proven only for attention-only qwen3, so a qwen3 of the
 same shape carries the packed cases.
 
-First, whatever the phases: the SDPA kernel torch picks per mask kind and dtype at the
-models' attention heads and head size, and what it returns for a query row with no allowed
-key (sdpa_probe.py).
+First, whatever the phases: the SDPA kernel that serves per mask kind and dtype at the
+models' attention heads and head size (the engine leaves cuDNN's out on CUDA; torch's own pick
+is listed beside it), and what it returns for a query row with no allowed key (sdpa_probe.py).
 
 Phases, in order (--phases runs some of them, --dtypes them in one dtype):
   parity      every readout (choice, pointer, lm_token) x every proven layout with the prefix
@@ -23,9 +23,10 @@ Phases, in order (--phases runs some of them, --dtypes them in one dtype):
   busy        per dtype, in-process on the default model: passes of --batch requests and passes
               of one, each timed, then run again under torch's profiler to read the device's
               timeline: device busy ms a pass (the union of its kernels and copies) against the
-              wall ms, and kernels and copies a pass; all of it three times: as served, without
-              cuDNN's attention kernel, and with the delta rule on PyTorch rather than fla's
-              kernels (gpu_busy.py; on the CPU the wall ms alone)
+              wall ms, kernels and copies a pass, and Triton's autotuning benchmarks a pass; all
+              of it three times: as served, with cuDNN's attention kernel let back in, and with
+              the delta rule on PyTorch rather than fla's kernels (gpu_busy.py; on the CPU the
+              wall ms alone)
   speed       per dtype, two real daemons (max_batch_size --batch and 1) on the default readout
               (choice, qwen3_5, default layout and batch policy), --clients client processes
               (jevany-client only) sending --requests requests closed-loop; rounds alternate

@@ -9,9 +9,17 @@ boolean one, per dtype, and what comes out for a row whose every key is
 masked: "nan", "zeros" or "finite" (something else). The kernel depends on
 the head size too (cuDNN's and flash's limits), so gpu-check probes at the
 checked model's heads and head size.
+
+"kernel" is what serves under the engine's own settings (a model on CUDA
+turns cuDNN's attention off: model/kernels.py), and the dead row is that
+kernel's; "torch_default" is what torch alone would pick.
 """
+from contextlib import contextmanager
+
 import torch
 import torch.nn.functional as F
+
+from jevany_daemon.model import kernels
 
 SHAPE = (2, 4, 16, 64)       # batch, heads, positions, head_dim: the tiny models' heads
 DEAD = (0, 0, 5)             # the query row left with no key
@@ -45,13 +53,27 @@ def probe(device: str, dtypes=(torch.float32, torch.bfloat16), shape=SHAPE) -> l
         additive = torch.zeros(allowed.shape, dtype=dtype, device=device).masked_fill(~allowed, torch.finfo(dtype).min)
         for kind, mask, causal in (("none (causal)", None, True), ("additive float 4D", additive, False),
                                    ("boolean 4D", allowed, False)):
-            out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
-            rows.append({"dtype": str(dtype).removeprefix("torch."), "mask": kind,
-                         "kernel": _kernel(q, k, v, mask, causal),
+            with as_served(device):
+                out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
+                kernel = _kernel(q, k, v, mask, causal)
+            rows.append({"dtype": str(dtype).removeprefix("torch."), "mask": kind, "kernel": kernel,
+                         "torch_default": _kernel(q, k, v, mask, causal),
                          "row_without_a_key": "n/a" if mask is None else _dead_row(out)})
     return rows
 
 
+@contextmanager
+def as_served(device: str):
+    """The engine's process-wide attention settings for a while, then torch's as they were."""
+    cudnn = torch.backends.cuda.cudnn_sdp_enabled()
+    kernels.no_cudnn_attention(torch.device(device))
+    try:
+        yield
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(cudnn)
+
+
 def print_probe(rows: list[dict]) -> None:
     for r in rows:
-        print(f"  sdpa {r['dtype']:8} {r['mask']:18} kernel {r['kernel']:20} row without a key: {r['row_without_a_key']}")
+        print(f"  sdpa {r['dtype']:8} {r['mask']:18} kernel {r['kernel']:20} row without a key: "
+              f"{r['row_without_a_key']:5}  (torch's own pick: {r['torch_default']})")

@@ -82,7 +82,7 @@ def test_throughput_and_idle_for_both_dtypes(check):
 def test_busy_for_both_dtypes_and_every_variant(check):
     for dtype in ("fp32", "bf16"):
         busy = check["dtypes"][dtype]["busy"]
-        assert set(busy) == {"as_served", "without_cudnn_attention", "delta_rule_on_torch"}
+        assert set(busy) == {"as_served", "with_cudnn_attention", "delta_rule_on_torch"}
         for cases in busy.values():
             assert cases["batched"]["requests_per_pass"] == 32 and cases["single"]["requests_per_pass"] == 1
             assert cases["batched"]["passes"] == 1 and cases["single"]["passes"] == 4
@@ -91,16 +91,65 @@ def test_busy_for_both_dtypes_and_every_variant(check):
                 # no device timeline on the CPU: nothing is made up in its place
                 assert r["busy_ms"] is r["busy_fraction"] is r["device_ops_per_pass"] is None
                 assert "top_device_ops" not in r
+                # CPU builds of torch come without Triton: no tuning counted, none invented
+                assert r["autotune_benchmarks_per_pass"] is r["autotuned_kernels"] is None
                 # the host's ops are listed, most time first
                 ops = list(r["top_host_ops"].values())
                 assert 0 < len(ops) <= 15 and all(o["ms"] >= 0 and o["calls"] > 0 for o in ops)
                 assert [o["ms"] for o in ops] == sorted((o["ms"] for o in ops), reverse=True)
 
 
+def test_autotuning_is_counted_by_kernel_and_the_autotuner_restored(monkeypatch):
+    """Triton is not on a CPU build, so a module of its shape stands in: what is under test is the
+    busy phase's counting (every config timed, by kernel name) and that the autotuner is left as found."""
+    import sys
+    import types
+
+    class Autotuner:
+        def __init__(self, name):
+            self.base_fn = types.SimpleNamespace(__name__=name)
+
+        def _bench(self, *args, config, **meta):
+            return [float(config)]
+
+    module = types.ModuleType("triton.runtime.autotuner")
+    module.Autotuner = Autotuner
+    for name in ("triton", "triton.runtime"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "triton.runtime.autotuner", module)
+    served = Autotuner._bench
+    cumsum, kkt = Autotuner("chunk_local_cumsum_scalar_kernel"), Autotuner("kkt")
+    with _benchmark("gpu_busy").autotuning_counted() as counts:
+        timings = [cumsum._bench(config=c) for c in (1, 2, 4, 8)] + [kkt._bench(config=3)]
+    assert timings == [[1.0], [2.0], [4.0], [8.0], [3.0]]        # the real benchmark still ran
+    assert counts == {"chunk_local_cumsum_scalar_kernel": 4, "kkt": 1}
+    assert Autotuner._bench is served
+    cumsum._bench(config=1)
+    assert sum(counts.values()) == 5                                  # nothing counted outside
+
+
 def test_the_sdpa_probe_runs_at_the_models_head_size():
     """0.8b's attention heads (8 of 256) reach the probe; the kernel can depend on them."""
     rows = _benchmark("sdpa_probe").probe("cpu", shape=(2, 8, 16, 256))
-    assert len(rows) == 6 and all(r["kernel"] for r in rows)
+    assert len(rows) == 6 and all(r["kernel"] and r["torch_default"] for r in rows)
+
+
+def test_the_sdpa_probe_asks_under_the_engines_settings_and_restores_torchs():
+    """On CUDA the engine leaves cuDNN's attention out; the probe asks what serves then, and leaves the
+    process as it found it (flags only: no CUDA needed to set them)."""
+    import torch
+
+    as_served = _benchmark("sdpa_probe").as_served
+    before = torch.backends.cuda.cudnn_sdp_enabled()
+    try:
+        torch.backends.cuda.enable_cudnn_sdp(True)
+        with as_served("cuda"):
+            assert not torch.backends.cuda.cudnn_sdp_enabled()
+        assert torch.backends.cuda.cudnn_sdp_enabled()
+        with as_served("cpu"):
+            assert torch.backends.cuda.cudnn_sdp_enabled()
+    finally:
+        torch.backends.cuda.enable_cudnn_sdp(before)
 
 
 def test_phases_and_dtypes_run_alone(tmp_path):
