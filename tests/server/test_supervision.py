@@ -22,6 +22,29 @@ def serving(daemon) -> list[dict]:
     return [w for w in daemon.workers() if w["role"] == "serving"]
 
 
+def freeze_a_worker_with_work(daemon, within_s: float = 60) -> tuple[dict, int]:
+    """SIGSTOP a serving worker that holds requests, so a kill lands on work in flight: (the worker, how
+    many it holds). Answers it wrote just before the stop may still be on their way to the supervisor, so
+    its count is read until two reads agree, and a worker found holding nothing is let go and another tried.
+    Even so the count is an upper bound: an answer still in transit lowers it after the last read."""
+    deadline = time.monotonic() + within_s
+    while True:
+        victim = wait_for(lambda: next((w for w in serving(daemon) if w["inflight"]), None),
+                          max(1.0, deadline - time.monotonic()), "a worker with work")
+        os.kill(victim["pid"], signal.SIGSTOP)
+
+        def holding() -> int:
+            return next((w["inflight"] for w in serving(daemon) if w["pid"] == victim["pid"]), 0)
+
+        reads = [holding(), holding()]
+        while reads[-1] != reads[-2]:
+            reads.append(holding())
+        if reads[-1]:
+            return victim, reads[-1]
+        os.kill(victim["pid"], signal.SIGCONT)
+        assert time.monotonic() < deadline, "no worker held requests when stopped"
+
+
 def test_kill_9_while_clients_wait_every_request_answered_and_the_worker_returns(start_daemon):
     daemon = start_daemon("--workers", "2", "--max-batch-size", "4", "--metrics-port", "0")
     ctx = mp.get_context("spawn")
@@ -31,11 +54,7 @@ def test_kill_9_while_clients_wait_every_request_answered_and_the_worker_returns
              for k in range(N_CLIENTS)]
     for p in procs:
         p.start()
-    # Freeze a worker that holds requests, so the kill certainly lands on work in flight.
-    victim = wait_for(lambda: next((w for w in serving(daemon) if w["inflight"]), None), 60, "a worker with work")
-    os.kill(victim["pid"], signal.SIGSTOP)
-    held = wait_for(lambda: next((w["inflight"] for w in serving(daemon) if w["pid"] == victim["pid"]), 0),
-                    10, "the frozen worker's requests")
+    victim, held = freeze_a_worker_with_work(daemon)
     killed_at = time.monotonic()
     os.kill(victim["pid"], signal.SIGKILL)
 
@@ -58,7 +77,9 @@ def test_kill_9_while_clients_wait_every_request_answered_and_the_worker_returns
           f"the frozen worker held {held}; replaced in {replace_s:.2f}s (kill -9 to new worker ready)")
     assert sum(counts.values()) == N_CLIENTS * PER_CLIENT       # every request got a reply
     assert set(counts) <= {"ok", "worker_lost"}
-    assert counts["worker_lost"] >= held
+    # every request the frozen worker still held came back worker_lost, the rest (its answers written
+    # before the stop and read after the count) ok; the daemon's own count of worker_lost is asserted below
+    assert 1 <= counts["worker_lost"] <= held
     assert new["restarts"] == 1
     with daemon.client(timeout=60) as client:                   # later requests succeed
         results = client.decide_many(workloads.short(8, seed=5))
