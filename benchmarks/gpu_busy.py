@@ -17,7 +17,9 @@ The timed passes also count Triton's autotuning benchmarks, by kernel. fla keys 
 its chunked cumulative sum on the number of rows, so a pass with a row count no earlier pass had
 tunes again (four configs, each timed by Triton's benchmark loop): on an H200 (2026-12-04) the
 first variant run, whichever it was, met most of the new row counts and paid for them. Compare
-variants on passes of one (no new row counts after the first) or where the counts are equal.
+variants on passes of one (no new row counts after the first) or where the counts are equal,
+or meet every row count first (tune_rows, gpu-check's --busy-tune-rows): the timed passes record
+the row counts their delta rule saw, so the sweep can be sized to them.
 
 On the CPU there is no device timeline: busy and device ops are None, and the wall time and the
 host's costliest ops are measured, so CI runs the code without judging anything.
@@ -34,6 +36,7 @@ from torch.profiler import ProfilerActivity, profile
 from jevany_daemon.engine.probe import Probe
 from jevany_daemon.model import kernels
 
+TUNING_WIDTH = 64    # positions a row in the sweep: one chunk of fla's (and the reference's)
 WARM_PASSES = 2     # new shapes compile Triton kernels and grow the allocator: not measured
 TOP_OPS = 15        # host and device ops listed, by time
 NAME_CHARS = 100    # of a kernel's name (C++ templates run to thousands)
@@ -89,6 +92,54 @@ def autotuning_counted():
         yield counts
 
 
+@contextmanager
+def rows_seen(causal_lm):
+    """A set of the row counts the prefill delta rule is called with while inside (empty without such layers)."""
+    seen, module = set(), kernels.modeling_module(causal_lm)
+    rule = getattr(module, kernels.PREFILL_RULE, None) if module is not None else None
+    if rule is None:
+        yield seen
+        return
+
+    def counted(query, *args, **kwargs):
+        seen.add(query.shape[0])
+        return rule(query, *args, **kwargs)
+
+    setattr(module, kernels.PREFILL_RULE, counted)
+    try:
+        yield seen
+    finally:
+        setattr(module, kernels.PREFILL_RULE, rule)
+
+
+def tune_rows(model, rows: int, device: str) -> dict | None:
+    """Call the served prefill delta rule once for every row count from 1 to rows, as the model's layers
+    call it, so that whatever it tunes per row count is tuned before a pass is timed; None without such
+    layers. {"rows", "seconds", "autotune_benchmarks"}: what meeting them all cost."""
+    module = kernels.modeling_module(model.causal_lm)
+    if module is None:
+        return None
+    layer = next(m.linear_attn for m in model.causal_lm.modules() if getattr(m, "linear_attn", None) is not None)
+    rule, dtype = getattr(module, kernels.PREFILL_RULE), model.dtype
+    generator = torch.Generator().manual_seed(0)
+
+    def random(*shape, to=dtype):
+        return torch.randn(shape, generator=generator).to(device=device, dtype=to)
+
+    with autotuning_counted() as tunings, torch.no_grad():
+        started = time.perf_counter()
+        for b in range(1, rows + 1):
+            qk = (b, TUNING_WIDTH, layer.num_k_heads, layer.head_k_dim)
+            heads = (b, TUNING_WIDTH, layer.num_v_heads)
+            rule(random(*qk), random(*qk), random(*heads, layer.head_v_dim),
+                 g=-random(*heads, to=torch.float32).abs(), beta=random(*heads).sigmoid(), initial_state=None,
+                 output_final_state=True, use_qk_l2norm_in_kernel=True, cu_seqlens=None)
+        _sync(device)
+        seconds = time.perf_counter() - started
+    return {"rows": rows, "seconds": seconds,
+            "autotune_benchmarks": None if tunings is None else sum(tunings.values())}
+
+
 def measure(engine, passes: list[list], profiled: list[list], device: str) -> dict:
     """Wall ms per pass of passes[WARM_PASSES:], unprofiled; from a profiled run of `profiled`, as
     many passes of the same sizes: the host ops that took the most of the host's time, and on
@@ -100,7 +151,8 @@ def measure(engine, passes: list[list], profiled: list[list], device: str) -> di
     _sync(device)
     # forwards counted, nothing else (ops=False dispatches nothing through Python): a pass of
     # misses on a hybrid model runs its kept states first, a second forward
-    with Probe(engine).active(ops=False) as probe, autotuning_counted() as tunings:
+    with Probe(engine).active(ops=False) as probe, autotuning_counted() as tunings, \
+            rows_seen(engine.model.causal_lm) as rows:
         started = time.perf_counter()
         _run(engine, measured)
         _sync(device)
@@ -109,6 +161,7 @@ def measure(engine, passes: list[list], profiled: list[list], device: str) -> di
            "forwards_per_pass": probe.counts.forwards / len(measured),
            "autotune_benchmarks_per_pass": None if tunings is None else sum(tunings.values()) / len(measured),
            "autotuned_kernels": None if tunings is None else dict(tunings.most_common()),
+           "delta_rule_rows": sorted(rows),
            "busy_ms": None, "busy_fraction": None, "device_ops_per_pass": None}
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device == "cuda" else [])
     with profile(activities=activities) as prof:

@@ -26,7 +26,8 @@ Phases, in order (--phases runs some of them, --dtypes them in one dtype):
               wall ms, kernels and copies a pass, and Triton's autotuning benchmarks a pass; all
               of it three times: as served, with cuDNN's attention kernel let back in, and with
               the delta rule on PyTorch rather than fla's kernels (gpu_busy.py; on the CPU the
-              wall ms alone)
+              wall ms alone); --busy-tune-rows N meets row counts 1-N first, so fla's tuning
+              per new row count is not timed
   speed       per dtype, two real daemons (max_batch_size --batch and 1) on the default readout
               (choice, qwen3_5, default layout and batch policy), --clients client processes
               (jevany-client only) sending --requests requests closed-loop; rounds alternate
@@ -78,7 +79,7 @@ try:
 
     import sdpa_probe
     from bench import InProcess, idle_latency, real_tokens, summary
-    from gpu_busy import busy_phase
+    from gpu_busy import busy_phase, tune_rows
     from gpu_daemons import CPU_THREADS, CheckDaemon, CheckError, Fleet, close_pool, daemon_name
     from gpu_parity import DTYPES, LAYOUTS, READOUTS, parity_phase
     from gpu_report import judge, print_speed, print_targets
@@ -201,6 +202,11 @@ def dtype_phase(dtype: str, daemons: dict, pool: ClientPool | None, model_dir: P
     model = load_model(str(model_dir), device=device, dtype=dtype)
     ref = InProcess(model, args.batch)
     if "busy" in args.phases:
+        if args.busy_tune_rows:
+            tuned = out["busy_rows_tuned"] = tune_rows(model, args.busy_tune_rows, device)
+            if tuned is not None:
+                print(f"  {dtype} busy: row counts 1-{tuned['rows']} met in the delta rule first, "
+                      f"{tuned['seconds']:.1f} s, {tuned['autotune_benchmarks']} autotuning benchmarks")
         busy_phase(ref, model, workloads.WORKLOADS[args.workload], args.batch, device, out.setdefault("busy", {}),
                    dtype, args.busy_passes)
     if "speed" in args.phases:
@@ -327,6 +333,11 @@ def parse_args(argv=None):
     p.add_argument("--idle-requests", type=int, help="requests at concurrency 1 [default: 32, --cpu 16]")
     p.add_argument("--busy-passes", type=int, help="measured passes of --batch requests in the busy phase, "
                    "after 2 unmeasured ones; 4 times as many passes of one [default: 6, --cpu 2]")
+    p.add_argument("--busy-tune-rows", type=int, default=0, metavar="N",
+                   help="before the busy phase, call the served delta rule once for every row count "
+                        "from 1 to N, so fla's autotuning (once per new row count) is done before any "
+                        "pass is timed; the busy phase lists the row counts its passes had "
+                        "(delta_rule_rows) [default: 0, none]")
     p.add_argument("--batch", type=int, default=32, help="max_batch_size of the batched daemon and parity runs")
     p.add_argument("--workload", default="short", choices=list(workloads.WORKLOADS),
                    help="requests of the throughput and idle runs [default: short, 20-40 token states, "
@@ -361,7 +372,7 @@ def new_result(args, device: str) -> dict:
                          "speed_model": "/".join(SPEED_MODEL), "layouts": LAYOUTS, "batch": args.batch,
                          "batch_policy": "adaptive", "workload": args.workload,
                          "torch_threads": CPU_THREADS if args.cpu else None,
-                         **{name: getattr(args, name) for name in SIZES}}}
+                         "busy_tune_rows": args.busy_tune_rows, **{name: getattr(args, name) for name in SIZES}}}
 
 
 def guarded_run(args, device: str, result: dict) -> None:

@@ -5,6 +5,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
+import torch
 
 ROOT = Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "scripts" / "gpu-check"
@@ -156,12 +157,19 @@ def test_phases_and_dtypes_run_alone(tmp_path):
     """--phases busy --dtypes bf16: only that, no daemon started, and its figures written."""
     out = tmp_path / "busy.json"
     proc = subprocess.run([str(SCRIPT), "--cpu", "--shape", "tiny", "--phases", "busy", "--dtypes", "bf16",
-                           "--busy-passes", "1", "--out", str(out)], capture_output=True, text=True, timeout=200)
+                           "--busy-passes", "1", "--busy-tune-rows", "3", "--out", str(out)],
+                          capture_output=True, text=True, timeout=200)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     result = json.loads(out.read_text())
     assert result["settings"]["phases"] == ["busy"] and result["settings"]["dtypes"] == ["bf16"]
     assert "parity" not in result and list(result["dtypes"]) == ["bf16"]
-    assert list(result["dtypes"]["bf16"]) == ["busy"]
+    assert sorted(result["dtypes"]["bf16"]) == ["busy", "busy_rows_tuned"]
+    tuned = result["dtypes"]["bf16"]["busy_rows_tuned"]
+    assert tuned["rows"] == 3 and tuned["seconds"] > 0 and tuned["autotune_benchmarks"] is None   # no Triton
+    # the row counts the delta rule met are listed, so a sweep can be sized to them
+    for cases in result["dtypes"]["bf16"]["busy"].values():
+        assert cases["single"]["delta_rule_rows"] and cases["batched"]["delta_rule_rows"]
+        assert all(n >= 1 for c in cases.values() for n in c["delta_rule_rows"])
     assert "start daemons and clients" not in result["phase_s"]
     assert result["sdpa"] and result["targets"] == [] and result["passed"] is True
 
@@ -252,3 +260,32 @@ def test_the_delta_rule_on_torch_swaps_and_restores(tmp_path):
     finally:
         setattr(module, kernels.PREFILL_RULE, original)
     assert calls and during == before
+
+
+def test_the_row_sweep_calls_the_served_delta_rule_once_for_every_row_count(tmp_path):
+    """--busy-tune-rows: rows 1..N each meet the served prefill rule once, as the layers call it (its
+    output is the reference's own shape), and the rule is left as it was."""
+    from jevany_daemon.model import kernels
+    from jevany_daemon.model.loading import load_model
+    from jevany_daemon.model.tiny import build_tiny_model
+
+    busy = _benchmark("gpu_busy")
+    model = load_model(str(build_tiny_model(tmp_path / "m", arch="qwen3_5")), device="cpu", dtype="bf16")
+    module = kernels.modeling_module(model.causal_lm)
+    served, calls = getattr(module, kernels.PREFILL_RULE), []
+
+    def watched(query, *args, **kwargs):
+        out, state = served(query, *args, **kwargs)
+        calls.append((query.shape[0], query.dtype, tuple(out.shape[:2]), state is not None))
+        return out, state
+
+    setattr(module, kernels.PREFILL_RULE, watched)
+    try:
+        with busy.rows_seen(model.causal_lm) as seen:
+            tuned = busy.tune_rows(model, 5, "cpu")
+        assert getattr(module, kernels.PREFILL_RULE) is watched
+    finally:
+        setattr(module, kernels.PREFILL_RULE, served)
+    assert seen == {1, 2, 3, 4, 5}
+    assert calls == [(b, torch.bfloat16, (b, busy.TUNING_WIDTH), True) for b in range(1, 6)]
+    assert tuned["rows"] == 5 and tuned["seconds"] > 0
