@@ -18,17 +18,17 @@ from contextlib import contextmanager
 
 import torch
 import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
 
 from jevany_daemon.model import kernels
 
 SHAPE = (2, 4, 16, 64)       # batch, heads, positions, head_dim: the tiny models' heads
 DEAD = (0, 0, 5)             # the query row left with no key
+EVERY_KERNEL = [b for b in SDPBackend.__members__.values() if b is not SDPBackend.ERROR]
 
 
 def _kernel(q, k, v, mask, causal: bool) -> str:
     try:
-        from torch.nn.attention import SDPBackend
-
         choice = torch._fused_sdp_choice(q, k, v, mask, 0.0, causal)
         return next((name for name, value in SDPBackend.__members__.items() if int(value) == choice), str(choice))
     except (AttributeError, RuntimeError, TypeError) as exc:     # private API: say so rather than fail
@@ -56,8 +56,10 @@ def probe(device: str, dtypes=(torch.float32, torch.bfloat16), shape=SHAPE) -> l
             with as_served(device):
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal)
                 kernel = _kernel(q, k, v, mask, causal)
+            with sdpa_kernel(EVERY_KERNEL):       # torch's defaults, whatever this process turned off
+                default = _kernel(q, k, v, mask, causal)
             rows.append({"dtype": str(dtype).removeprefix("torch."), "mask": kind, "kernel": kernel,
-                         "torch_default": _kernel(q, k, v, mask, causal),
+                         "torch_default": default,
                          "row_without_a_key": "n/a" if mask is None else _dead_row(out)})
     return rows
 
