@@ -78,7 +78,7 @@ try:
     import torch
 
     import sdpa_probe
-    from bench import InProcess, idle_latency, real_tokens, summary
+    from bench import MEASURED_SEED, WARM_SEED, InProcess, idle_latency, real_tokens, summary
     from gpu_busy import busy_phase, tune_rows
     from gpu_daemons import CPU_THREADS, CheckDaemon, CheckError, Fleet, close_pool, daemon_name
     from gpu_parity import DTYPES, LAYOUTS, READOUTS, parity_phase
@@ -217,12 +217,15 @@ def dtype_phase(dtype: str, daemons: dict, pool: ClientPool | None, model_dir: P
 
 def speed_phase(dtype: str, daemons: dict, pool: ClientPool, model, ref: InProcess, device: str, args) -> dict:
     """Warm up, idle latencies, throughput rounds, then the in-process ideal and memory."""
-    bodies = workloads.WORKLOADS[args.workload](args.requests, seed=11)
+    bodies = measured_requests(args)
     serial, batched = daemons[daemon_name(dtype, 1)], daemons[daemon_name(dtype, args.batch)]
-    warm = bodies[: 2 * args.clients]
+    # Warmed on requests of their own: on a GPU, a shape met before is cheaper (cuDNN's plans,
+    # Triton's tunings, cuBLAS's choices), and the serial daemon, warmed on the idle requests one
+    # at a time, would meet them at idle in exactly their shapes while the others had not.
+    warm = warm_up_requests(args)
     for d in (serial, batched):     # CUDA kernels, the allocator, the adaptive policy's first measurements
         pool.run(d, warm, args.clients)
-    ref.serial_rps(bodies[:2])
+    ref.serial_rps(warm[:2])
     ref.ideal_rps(warm)
     idle = idle_report(ref, {1: serial, args.batch: batched}, bodies[: args.idle_requests])
     runs = speed_rounds({1: serial, args.batch: batched}, pool, bodies, args.clients, args.rounds)
@@ -241,6 +244,16 @@ def speed_phase(dtype: str, daemons: dict, pool: ClientPool, model, ref: InProce
     memory = {"inprocess_peak_bytes": peak_bytes(device), "workers": worker_memory(serial, batched, device)}
     print_speed(dtype, speed, idle, memory)
     return {"speed": speed, "idle": idle, "memory": memory}
+
+
+def measured_requests(args) -> list[dict]:
+    """The speed phase's requests: the throughput rounds send them all, the idle run the first --idle-requests."""
+    return workloads.WORKLOADS[args.workload](args.requests, seed=MEASURED_SEED)
+
+
+def warm_up_requests(args) -> list[dict]:
+    """The speed phase's warm-up: two requests a client, none of them among the measured ones."""
+    return workloads.WORKLOADS[args.workload](2 * args.clients, seed=WARM_SEED)
 
 
 def non_finite_served(*daemons: CheckDaemon) -> int | None:
