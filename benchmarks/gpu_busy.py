@@ -30,11 +30,12 @@ from contextlib import contextmanager, nullcontext
 from unittest import mock
 
 import torch
-from torch.nn.attention import SDPBackend, sdpa_kernel
+from torch.nn.attention import sdpa_kernel
 from torch.profiler import ProfilerActivity, profile
 
 from jevany_daemon.engine.probe import Probe
 from jevany_daemon.model import kernels
+from sdpa_probe import EVERY_KERNEL
 
 TUNING_WIDTH = 64    # positions a row in the sweep: one chunk of fla's (and the reference's)
 WARM_PASSES = 2     # new shapes compile Triton kernels and grow the allocator: not measured
@@ -93,23 +94,33 @@ def autotuning_counted():
 
 
 @contextmanager
+def _prefill_rule_wrapped(causal_lm, wrap):
+    """For a while, the prefill delta rule replaced by wrap(what serves it); nothing without such layers."""
+    module = kernels.modeling_module(causal_lm)
+    served = getattr(module, kernels.PREFILL_RULE, None) if module is not None else None
+    if served is None:
+        yield
+        return
+    setattr(module, kernels.PREFILL_RULE, wrap(served))
+    try:
+        yield
+    finally:
+        setattr(module, kernels.PREFILL_RULE, served)
+
+
+@contextmanager
 def rows_seen(causal_lm):
     """A set of the row counts the prefill delta rule is called with while inside (empty without such layers)."""
-    seen, module = set(), kernels.modeling_module(causal_lm)
-    rule = getattr(module, kernels.PREFILL_RULE, None) if module is not None else None
-    if rule is None:
-        yield seen
-        return
+    seen = set()
 
-    def counted(query, *args, **kwargs):
-        seen.add(query.shape[0])
-        return rule(query, *args, **kwargs)
+    def counting(rule):
+        def counted(query, *args, **kwargs):
+            seen.add(query.shape[0])
+            return rule(query, *args, **kwargs)
+        return counted
 
-    setattr(module, kernels.PREFILL_RULE, counted)
-    try:
+    with _prefill_rule_wrapped(causal_lm, counting):
         yield seen
-    finally:
-        setattr(module, kernels.PREFILL_RULE, rule)
 
 
 def tune_rows(model, rows: int, device: str) -> dict | None:
@@ -179,32 +190,23 @@ def measure(engine, passes: list[list], profiled: list[list], device: str) -> di
     return out
 
 
-@contextmanager
 def delta_rule_on_torch(causal_lm):
     """The prefill delta rule on transformers' PyTorch code for a while, whatever serves it."""
-    module = kernels.modeling_module(causal_lm)
-    served = getattr(module, kernels.PREFILL_RULE, None) if module is not None else None
-    if served is None:
-        yield
-        return
-    reference = kernels.reference_call(served)
+    def on_torch(served):
+        reference = kernels.reference_call(served)
 
-    def on_torch(*args, **kwargs):
-        if kwargs.get("cu_seqlens") is not None:      # rows packed end to end: the reference would mix them
-            raise ValueError("packed sequences need the served kernel; this variant cannot run them")
-        return reference(*args, **kwargs)
+        def call(*args, **kwargs):
+            if kwargs.get("cu_seqlens") is not None:      # rows packed end to end: the reference would mix them
+                raise ValueError("packed sequences need the served kernel; this variant cannot run them")
+            return reference(*args, **kwargs)
+        return call
 
-    setattr(module, kernels.PREFILL_RULE, on_torch)
-    try:
-        yield
-    finally:
-        setattr(module, kernels.PREFILL_RULE, served)
+    return _prefill_rule_wrapped(causal_lm, on_torch)
 
 
 def variants(model) -> dict:
     """The busy phase's runs: as served; every attention kernel, cuDNN's too; the delta rule on torch."""
-    every_kernel = [b for b in SDPBackend.__members__.values() if b is not SDPBackend.ERROR]
-    return {"as_served": nullcontext, "with_cudnn_attention": lambda: sdpa_kernel(every_kernel),
+    return {"as_served": nullcontext, "with_cudnn_attention": lambda: sdpa_kernel(EVERY_KERNEL),
             "delta_rule_on_torch": lambda: delta_rule_on_torch(model.causal_lm)}
 
 

@@ -306,7 +306,7 @@ def run(args, device: str, result: dict) -> None:
             for dtype in args.dtypes:
                 for batch in (1, args.batch):
                     fleet.launch(daemon_name(dtype, batch), dirs[SPEED_MODEL], device, dtype, batch)
-        # the kernel torch picks at the checked models' heads and head size: what parity and busy ran
+        # the kernel that serves at the checked models' heads and head size: what parity and busy ran
         result["sdpa"] = sdpa_probe.probe(device, shape=probe_shape(args.shape))
         sdpa_probe.print_probe(result["sdpa"])
         if "parity" in args.phases:
