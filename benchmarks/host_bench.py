@@ -4,7 +4,9 @@
     python benchmarks/host_bench.py --quick      # 3 timed repeats
 
 Ops are counted in one more run of each case, apart from the timed ones:
-counting sends every op through Python.
+counting sends every op through Python. So does timing the ops' own compute,
+which costs the host about a millisecond a pass more: the host's share is
+timed on plain passes and the ops' on passes of their own (run_case).
 
 On a GPU the device finishes a pass of 32 short requests in a few ms; the
 host's share decides whether it waits. For Qwen3 (28 layers) and Qwen3.5 (24
@@ -18,8 +20,9 @@ with the default prefix cache, one torch thread, this measures per pass of
   (steadier on a busy machine);
 - of those, the ms ops outside the forward spend computing (op ms: building
   the masks, joining cached rows, the readout): the device's work, which a
-  CPU does on the host; and the rest (host less ops), what a GPU host would
-  still pay, where those ops are launches (their count is the next figure);
+  CPU does on the host; and the rest (host less ops: a plain pass's host ms
+  less the next op-timed pass's op ms), what a GPU host would still pay,
+  where those ops are launches (their count is the next figure);
 - torch ops outside the forward and inside it (non-view aten ops: each a
   kernel launch on CUDA);
 - forwards per pass, device syncs per pass (scalar reads seen by the probe,
@@ -83,6 +86,7 @@ ARCHS = {"qwen3": 28, "qwen3_5": 24}     # arch -> layers of the deep shape
 TARGETS = {"host_ms": 10.0, "ops_outside": 400}
 CASES = ["short", "recurring", "unseen", "misses", "hits"]
 WARM, WARM_FROM = 3, 100     # unmeasured passes first, of draws (repeat numbers) no timed pass makes
+OP_TIMED_FROM = 500          # the op-timed passes' draws, apart from both
 
 
 def bodies(case: str, n: int, repeat: int) -> list[dict]:
@@ -106,13 +110,14 @@ def bodies(case: str, n: int, repeat: int) -> list[dict]:
     return [{"state": states[i % 4], "questions": questions[i]} for i in range(n // 2)]
 
 
-def measure(engine: Engine, batch: list[dict], probe: Probe, ops: bool) -> dict:
-    """One pass of the whole batch, admitted and scored, under the probe (counting ops, or timing)."""
+def measure(engine: Engine, batch: list[dict], probe: Probe, how: str = "plain") -> dict:
+    """One pass of the whole batch, admitted and scored. how: "plain" (only the forward timed: the host's
+    share as a worker pays it), "op_time" (the ops outside the forward timed too), "count" (ops counted)."""
     probe.reset()
     passes = engine.stats.batches
     stream = getattr(engine, "stream", None)
     before = stream.counters() if stream is not None else {}
-    with probe.active(ops=ops, op_time=not ops):
+    with probe.active(ops=how == "count", op_time=how == "op_time"):
         wall, cpu = time.perf_counter(), time.thread_time()
         admitted = engine.admit_many(batch)       # as the worker admits a hand-over
         admit_s = time.perf_counter() - wall
@@ -128,8 +133,7 @@ def measure(engine: Engine, batch: list[dict], probe: Probe, ops: bool) -> dict:
     syncs = c.scalar_reads + after.get("downloads", 0) - before.get("downloads", 0)
     host_s = wall - c.forward_s
     return {"host_ms": host_s * 1000, "host_cpu_ms": (cpu - c.forward_cpu_s) * 1000,
-            "op_ms": c.op_outside_s * 1000, "host_less_ops_ms": (host_s - c.op_outside_s) * 1000,
-            "admit_ms": admit_s * 1000, "forward_ms": c.forward_s * 1000,
+            "op_ms": c.op_outside_s * 1000, "admit_ms": admit_s * 1000, "forward_ms": c.forward_s * 1000,
             "passes": engine.stats.batches - passes, "forwards": c.forwards, "ops_outside": c.ops_outside,
             "ops_inside": c.ops_inside, "syncs": syncs,
             "uploads": after.get("uploads", 0) - before.get("uploads", 0),
@@ -137,19 +141,35 @@ def measure(engine: Engine, batch: list[dict], probe: Probe, ops: bool) -> dict:
 
 
 def run_case(engine: Engine, case: str, n: int, repeats: int) -> dict:
+    """Medians of `repeats` plain passes, each followed by an op-timed pass of another draw.
+
+    Timing the ops sends every op through Python (a dispatch mode), on both sides of the forward: a
+    pass timed so took the host 1.1-1.4 ms more outside the forward than a plain one (32 short
+    requests, deep shape, alternating, 2026-12-04). So the host's share is timed on plain passes, the
+    ops' share on passes of their own, and what is left is the difference, pass by pass."""
     probe = Probe(engine)
-    runs = []
-    for i in [*range(WARM_FROM, WARM_FROM + WARM), *range(repeats + 1)]:
+
+    def run(repeat: int, how: str) -> dict:
         engine.clear_prefix_cache()          # every repeat of misses meets an empty cache
-        batch = bodies(case, n, i)
+        batch = bodies(case, n, repeat)
         if case == "hits":
             engine.score([engine.admit(b) for b in batch])    # keep the states, unmeasured
-        runs.append(measure(engine, batch, probe, ops=i == repeats))
-    counted, timed = runs[-1], runs[WARM:-1]
+        return measure(engine, batch, probe, how)
+
+    for i in range(WARM_FROM, WARM_FROM + WARM):
+        run(i, "plain")
+    plain, op_timed = [], []
+    for i in range(repeats):
+        plain.append(run(i, "plain"))
+        op_timed.append(run(OP_TIMED_FROM + i, "op_time"))
+    counted = run(repeats, "count")
     out = {k: counted[k] for k in ("passes", "forwards", "ops_outside", "ops_inside", "syncs", "uploads",
                                    "top_ops_outside")}
-    for k in ("host_ms", "host_cpu_ms", "op_ms", "host_less_ops_ms", "admit_ms", "forward_ms"):
-        out[k] = round(statistics.median(r[k] for r in timed), 2)
+    for k in ("host_ms", "host_cpu_ms", "admit_ms", "forward_ms"):
+        out[k] = round(statistics.median(r[k] for r in plain), 2)
+    out["op_ms"] = round(statistics.median(r["op_ms"] for r in op_timed), 2)
+    out["host_less_ops_ms"] = round(statistics.median(p["host_ms"] - o["op_ms"] for p, o in zip(plain, op_timed)), 2)
+    out["host_ms_op_timed"] = round(statistics.median(r["host_ms"] for r in op_timed), 2)
     return out
 
 
