@@ -17,8 +17,10 @@ padding, which the pass's mask never lets a query read. A row that
 continues nothing starts from no keys and zero conv and recurrent states,
 exactly where a recurrence starts without a cache.
 
-Conv and recurrent states are gathered into fresh memory, never viewed:
-linear-attention layers update them in place during the pass.
+Conv states are gathered into fresh memory, never viewed: linear-attention
+layers update them in place during the pass. Recurrent states they only
+read, once their update is an assignment (_RecurrentStateTaken): rows that
+all continue one entry view it.
 """
 import copy
 from dataclasses import dataclass
@@ -137,6 +139,7 @@ class CacheKit:
                 j = self._at[i]
                 layer.conv_states = {0: states[0][j]}
                 layer.recurrent_states = {0: None if states[1] is None else states[1][j]}
+                layer.update_recurrent_state = _RecurrentStateTaken(layer)
             cache.layers.append(layer)
         return cache
 
@@ -152,18 +155,23 @@ class CacheKit:
         return flat.view(flat.shape[0], flat.shape[1], n, plan.width, flat.shape[3])
 
     def _joined_states(self, plan: "JoinPlan", index: torch.Tensor | None) -> list:
-        """[Ll, N, ...] conv and recurrent states, in fresh memory."""
+        """[Ll, N, ...] conv states in fresh memory; recurrent states likewise, or the one shared entry's
+        viewed N times (see _RecurrentStateTaken)."""
         if not self.linear:
             return [None, None]
         out = []
+        n = len(plan.refs)
         for kind in _KINDS:
             zero = getattr(self._zero, kind)
             if zero is None:
                 out.append(None)
             elif plan.shared is not None:
                 t = getattr(plan.shared, kind)
-                # clone, not contiguous(): one row's expand is the entry itself, which the pass must not write
-                out.append(t.expand(t.shape[0], len(plan.refs), *t.shape[2:]).clone(memory_format=torch.contiguous_format))
+                rows = t.expand(t.shape[0], n, *t.shape[2:])
+                # A layer updates its conv states in place, so they get fresh memory (they are small).
+                # Recurrent states are only read: viewed, unless one row's view would be the entry
+                # itself, contiguous, which a kernel could take as its own to write.
+                out.append(rows if kind == "recurrent" and n > 1 else rows.clone(memory_format=torch.contiguous_format))
             else:
                 out.append(torch.cat([zero] + [getattr(b, kind) for b in plan.sources], dim=1).index_select(1, index))
         return out
@@ -215,6 +223,29 @@ class JoinPlan:
             w = 0 if ref is None else ref[2]
             out += [0] * (self.width - w) + [1] * w
         return out
+
+
+class _RecurrentStateTaken:
+    """A joined layer's update_recurrent_state: the pass's final states are taken as they are.
+
+    transformers' layer copies them into the tensor it started from, which
+    is why a join once gathered every row's starting states into fresh
+    memory: 18 layers x 50 rows of a pass of 32 continuing the pinned head,
+    15 MB at the tiny width and most of a gigabyte at 0.8B in FP32, cloned
+    before the pass and copied over after it. Both delta rules return their
+    final states in new memory and only read the starting ones, so the
+    starting states can be a view of a kept entry and nothing is copied.
+    (fla makes its inputs contiguous first: on that path a view of one
+    entry N times is still copied, inside the forward, but once, not twice.)
+    """
+
+    def __init__(self, layer):
+        self.layer = layer
+
+    def __call__(self, recurrent_states: torch.Tensor, state_idx: int = 0, **kwargs) -> torch.Tensor:
+        self.layer.recurrent_states[state_idx] = recurrent_states
+        self.layer.is_recurrent_states_initialized[state_idx] = True
+        return recurrent_states
 
 
 def _own_dicts(layer) -> None:

@@ -83,6 +83,32 @@ def test_cached_entries_are_never_written_by_the_passes_that_read_them(loaded_mo
         assert all(torch.equal(a, b) for a, b in zip(tensors, now)), key
 
 
+def test_rows_continuing_the_head_read_its_recurrent_states_where_they_are_kept(loaded_model):
+    """No copy of the head's recurrent states into a pass (18 layers x 50 rows at Qwen3.5's depth: most of
+    a gigabyte at 0.8B in FP32), nor of the pass's final states over them: the layers are handed views."""
+    engine = Engine(loaded_model("qwen3_5", "choice"), EngineConfig(**GREEDY))
+    engine.score(engine.admit_many(workloads.short(2, seed=1)))       # pins the prompt's head
+    head = next(e.cache.recurrent for e in engine.memory._entries.values() if e.pinned)
+    backbone, given = engine.model.backbone, []
+    original = backbone.forward
+
+    def forward(*args, **kwargs):
+        cache = kwargs.get("cache")
+        given.append(None if cache is None else [layer.recurrent_states[0] for layer in cache.layers
+                                                 if isinstance(getattr(layer, "recurrent_states", None), dict)])
+        return original(*args, **kwargs)
+
+    backbone.forward = forward
+    try:
+        outcomes = engine.score(engine.admit_many(workloads.short(8, seed=2)))
+    finally:
+        backbone.forward = original
+    assert all(isinstance(o, dict) for o in outcomes)
+    [states] = given
+    assert states and all(s.shape[0] >= 8 and s.untyped_storage().data_ptr() == head.untyped_storage().data_ptr()
+                          for s in states)
+
+
 @pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])
 def test_continuing_the_head_alone_or_together_gives_the_answers_of_rows(loaded_model, arch):
     """Default settings: states too short to keep continue the pinned head, each row computing its own."""
