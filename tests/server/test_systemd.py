@@ -43,6 +43,19 @@ def test_the_unit_has_what_operations_rely_on():
         assert directives.get(name), name
 
 
+def test_every_cache_the_unit_names_is_one_it_lets_the_daemon_write():
+    """ProtectSystem=strict leaves the service user's home read-only: Triton's default cache there
+    (~/.triton) would fail every kernel build of a hybrid model on a GPU."""
+    lines = [line for line in UNIT.read_text().splitlines() if "=" in line and not line.startswith("#")]
+    writable = [f"/var/cache/{line.split('=', 1)[1]}" for line in lines if line.startswith("CacheDirectory=")]
+    writable += [line.split("=", 1)[1].lstrip("-") for line in lines if line.startswith("ReadWritePaths=")]
+    settings = dict(item.split("=", 1) for line in lines if line.startswith("Environment=")
+                    for item in line.removeprefix("Environment=").split())
+    for name in ("JEVANY_CACHE_DIR", "HF_HOME", "TRITON_CACHE_DIR"):
+        path = Path(settings[name])
+        assert any(path == Path(w) or Path(w) in path.parents for w in writable), (name, path, writable)
+
+
 def test_the_install_steps_match_the_unit():
     """What the unit points at is what the install steps (docs/OPERATING.md, "systemd") install, and a CPU
     host never pulls the CUDA torch."""
