@@ -239,12 +239,15 @@ class _RecurrentStateTaken:
     entry N times is still copied, inside the forward, but once, not twice.)
     """
 
+    # It holds the layer's dicts, not the layer: the layer holds it, and a cycle would keep each pass's
+    # joined cache (keys and values of every row) alive until a full collection, which a worker's
+    # frozen heap makes rare (host_bench's hits case took twice the host time).
     def __init__(self, layer):
-        self.layer = layer
+        self.states, self.initialized = layer.recurrent_states, layer.is_recurrent_states_initialized
 
     def __call__(self, recurrent_states: torch.Tensor, state_idx: int = 0, **kwargs) -> torch.Tensor:
-        self.layer.recurrent_states[state_idx] = recurrent_states
-        self.layer.is_recurrent_states_initialized[state_idx] = True
+        self.states[state_idx] = recurrent_states
+        self.initialized[state_idx] = True
         return recurrent_states
 
 

@@ -7,7 +7,9 @@ hybrid model excepted: their recurrent state needs a pass that ends with
 them), and bookkeeping ops outside the forward that grow neither with the
 requests nor with the depth. Cached entries are read, never written.
 """
+import gc
 import time
+import weakref
 
 import pytest
 import torch
@@ -107,6 +109,32 @@ def test_rows_continuing_the_head_read_its_recurrent_states_where_they_are_kept(
     [states] = given
     assert states and all(s.shape[0] >= 8 and s.untyped_storage().data_ptr() == head.untyped_storage().data_ptr()
                           for s in states)
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])
+def test_a_pass_frees_its_joined_cache_without_the_garbage_collector(loaded_model, arch):
+    """A worker's heap is frozen and full collections are rare: a cycle through a joined cache would keep
+    every pass's keys, values and states alive until one came (once, it doubled the host time of hits)."""
+    engine = Engine(loaded_model(arch, "choice"), EngineConfig(**GREEDY, prefix_min_tokens=200))
+    long = [{**b, "state": " ".join(["parcel", "lost"] * 60)} for b in workloads.short(4, seed=5)]
+    engine.score(engine.admit_many(long))                             # kept: the next pass joins them
+    backbone, caches = engine.model.backbone, []
+    original = backbone.forward
+
+    def forward(*args, **kwargs):
+        if kwargs.get("cache") is not None:
+            caches.append([weakref.ref(kwargs["cache"])] + [weakref.ref(layer) for layer in kwargs["cache"].layers])
+        return original(*args, **kwargs)
+
+    backbone.forward = forward
+    gc.disable()
+    try:
+        for bodies in (long, workloads.short(4, seed=6)):            # kept states, the pinned head
+            assert all(isinstance(o, dict) for o in engine.score(engine.admit_many(bodies)))
+        assert len(caches) == 2 and all(ref() is None for refs in caches for ref in refs)
+    finally:
+        gc.enable()
+        backbone.forward = original
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])
