@@ -92,3 +92,18 @@ def test_the_daemon_takes_every_flag_the_recipe_gives_it():
                            text=True, env={"COLUMNS": "200", "PATH": ""}, timeout=60).stdout
     flags = [a.split("=", 1)[0] for a in daemon["args"] if a.startswith("--")]
     assert flags and [f for f in flags if f not in shown] == []
+
+
+@pytest.mark.parametrize("name, wanted", [("serving.yaml", "StatefulSet"), ("eval-job.yaml", "Job")])
+def test_a_gpu_pod_gives_triton_a_cache_directory_it_can_write(name, wanted):
+    """Triton (fla's kernels for hybrid models) writes its cache under $HOME unless told otherwise; an
+    image's user may have no writable home, and every kernel build would fail."""
+    pod = kind(name, wanted)["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    assert container["resources"]["limits"]["nvidia.com/gpu"] >= 1
+    env = {e["name"]: e["value"] for e in container["env"]}
+    mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    path = Path(env["TRITON_CACHE_DIR"])
+    [mount] = [m for at, m in mounts.items() if Path(at) in path.parents]
+    assert not mount.get("readOnly") and "emptyDir" in volumes[mount["name"]]
