@@ -232,11 +232,14 @@ class _RecurrentStateTaken:
     is why a join once gathered every row's starting states into fresh
     memory: 18 layers x 50 rows of a pass of 32 continuing the pinned head,
     15 MB at the tiny width and most of a gigabyte at 0.8B in FP32, cloned
-    before the pass and copied over after it. Both delta rules return their
-    final states in new memory and only read the starting ones, so the
-    starting states can be a view of a kept entry and nothing is copied.
-    (fla makes its inputs contiguous first: on that path a view of one
-    entry N times is still copied, inside the forward, but once, not twice.)
+    before the pass and copied over after it. transformers' PyTorch delta
+    rules (chunked and recurrent) return their final states in new memory
+    and only read the starting ones, so the starting states can be a view
+    of a kept entry and nothing is copied. fla makes its inputs contiguous
+    before its kernels see them: on that path a view of one entry N times
+    is still copied, inside the forward, into memory of fla's own (once,
+    not twice), and one row's view, which would be the entry itself, is
+    never handed out (_joined_states clones it).
     """
 
     # It holds the layer's dicts, not the layer: the layer holds it, and a cycle would keep each pass's
