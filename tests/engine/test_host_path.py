@@ -10,6 +10,7 @@ requests nor with the depth. Cached entries are read, never written.
 import gc
 import time
 import weakref
+from contextlib import contextmanager
 
 import pytest
 import torch
@@ -35,6 +36,24 @@ def counted(engine, bodies):
     assert all(isinstance(o, dict) for o in outcomes), outcomes
     after = engine.stream.counters()
     return probe.counts, after["uploads"] - before["uploads"], after["downloads"] - before["downloads"]
+
+
+@contextmanager
+def caches_given(engine, read):
+    """A list of read(the decoder cache) for every backbone call while inside (None for a call without one)."""
+    backbone, given = engine.model.backbone, []
+    original = backbone.forward
+
+    def forward(*args, **kwargs):
+        cache = kwargs.get("cache")
+        given.append(None if cache is None else read(cache))
+        return original(*args, **kwargs)
+
+    backbone.forward = forward
+    try:
+        yield given
+    finally:
+        backbone.forward = original
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])
@@ -91,20 +110,10 @@ def test_rows_continuing_the_head_read_its_recurrent_states_where_they_are_kept(
     engine = Engine(loaded_model("qwen3_5", "choice"), EngineConfig(**GREEDY))
     engine.score(engine.admit_many(workloads.short(2, seed=1)))       # pins the prompt's head
     head = next(e.cache.recurrent for e in engine.memory._entries.values() if e.pinned)
-    backbone, given = engine.model.backbone, []
-    original = backbone.forward
-
-    def forward(*args, **kwargs):
-        cache = kwargs.get("cache")
-        given.append(None if cache is None else [layer.recurrent_states[0] for layer in cache.layers
-                                                 if isinstance(getattr(layer, "recurrent_states", None), dict)])
-        return original(*args, **kwargs)
-
-    backbone.forward = forward
-    try:
+    recurrent = lambda cache: [layer.recurrent_states[0] for layer in cache.layers
+                               if isinstance(getattr(layer, "recurrent_states", None), dict)]
+    with caches_given(engine, recurrent) as given:
         outcomes = engine.score(engine.admit_many(workloads.short(8, seed=2)))
-    finally:
-        backbone.forward = original
     assert all(isinstance(o, dict) for o in outcomes)
     [states] = given
     assert states and all(s.shape[0] >= 8 and s.untyped_storage().data_ptr() == head.untyped_storage().data_ptr()
@@ -118,23 +127,16 @@ def test_a_pass_frees_its_joined_cache_without_the_garbage_collector(loaded_mode
     engine = Engine(loaded_model(arch, "choice"), EngineConfig(**GREEDY, prefix_min_tokens=200))
     long = [{**b, "state": " ".join(["parcel", "lost"] * 60)} for b in workloads.short(4, seed=5)]
     engine.score(engine.admit_many(long))                             # kept: the next pass joins them
-    backbone, caches = engine.model.backbone, []
-    original = backbone.forward
-
-    def forward(*args, **kwargs):
-        if kwargs.get("cache") is not None:
-            caches.append([weakref.ref(kwargs["cache"])] + [weakref.ref(layer) for layer in kwargs["cache"].layers])
-        return original(*args, **kwargs)
-
-    backbone.forward = forward
+    references = lambda cache: [weakref.ref(cache)] + [weakref.ref(layer) for layer in cache.layers]
     gc.disable()
     try:
-        for bodies in (long, workloads.short(4, seed=6)):            # kept states, the pinned head
-            assert all(isinstance(o, dict) for o in engine.score(engine.admit_many(bodies)))
+        with caches_given(engine, references) as given:
+            for bodies in (long, workloads.short(4, seed=6)):        # kept states, the pinned head
+                assert all(isinstance(o, dict) for o in engine.score(engine.admit_many(bodies)))
+        caches = [refs for refs in given if refs is not None]
         assert len(caches) == 2 and all(ref() is None for refs in caches for ref in refs)
     finally:
         gc.enable()
-        backbone.forward = original
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])
