@@ -216,3 +216,45 @@ class ClientPool:
             p.wait(10)
 
 
+
+
+def inflight_processes(daemon: Daemon, bodies: list, processes: int, inflight: int, kind: str) -> dict:
+    """Every body once from `processes` client processes (inflight_load.py), each holding `inflight` requests
+    in flight: kind runner, an AsyncJevClient as the eval runner sends; bare, a bare DEALER socket.
+    Measured as ClientPool.run measures, over the load alone (each process connects, then waits for go)."""
+    procs = []
+    try:
+        for k in range(processes):
+            path = daemon.dir / f"bodies-{kind}-{k}.json"
+            path.write_text(json.dumps(bodies[k::processes]))
+            procs.append(subprocess.Popen([sys.executable, str(HERE / "inflight_load.py"), daemon.endpoint,
+                                           str(path), str(inflight), kind],
+                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True))
+        for p in procs:
+            if p.stdout.readline().strip() != "ready":
+                raise RuntimeError(f"inflight_load.py ({kind}) did not connect")
+        groups = [[daemon.proc.pid], process_tree(daemon.proc.pid)[1:], [p.pid for p in procs]]
+        before, cpu_before = daemon.batching(), [cpu_seconds(g) for g in groups]
+        started = time.perf_counter()
+        for p in procs:
+            p.stdin.write("go\n")
+            p.stdin.flush()
+        lines = [p.stdout.readline() for p in procs]
+        elapsed = time.perf_counter() - started
+        cpu_after, after = [cpu_seconds(g) for g in groups], daemon.batching()
+        for p in procs:
+            p.stdin.write("exit\n")      # only now: an exit's CPU must not fall in the window
+            p.stdin.flush()
+        for p, line in zip(procs, lines):
+            if p.wait(60) != 0 or not line:
+                raise RuntimeError(f"inflight_load.py ({kind}) failed with exit code {p.returncode}")
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    passes = after["batches"] - before["batches"]
+    cores = [None if a is None or b is None else (b - a) / elapsed for a, b in zip(cpu_before, cpu_after)]
+    return {"rps": len(bodies) / elapsed, "mean_batch_size": (after["requests"] - before["requests"]) / max(1, passes),
+            "busy": (after["busy_s"] - before["busy_s"]) / elapsed,
+            "supervisor_cores": cores[0], "worker_cores": cores[1], "client_cores": cores[2]}
