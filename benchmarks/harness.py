@@ -167,6 +167,29 @@ class Daemon:
         self.proc.wait(120)
 
 
+class LoadWindow:
+    """What a daemon did over one load, opened just before it starts: throughput, requests a pass, how busy
+    its workers were, and the cores' worth of CPU the supervisor, the workers and the clients used."""
+
+    def __init__(self, daemon: Daemon, client_pids: list[int]):
+        self.daemon = daemon
+        self.groups = [[daemon.proc.pid], process_tree(daemon.proc.pid)[1:], client_pids]
+        self.before = daemon.batching()
+        self.cpu_before = [cpu_seconds(g) for g in self.groups]
+        self.started = time.perf_counter()
+
+    def close(self, requests: int) -> dict:
+        elapsed = time.perf_counter() - self.started
+        cpu_after = [cpu_seconds(g) for g in self.groups]
+        before, after = self.before, self.daemon.batching()
+        passes = after["batches"] - before["batches"]
+        cores = [None if a is None or b is None else (b - a) / elapsed for a, b in zip(self.cpu_before, cpu_after)]
+        return {"rps": requests / elapsed,
+                "mean_batch_size": (after["requests"] - before["requests"]) / max(1, passes),
+                "busy": (after["busy_s"] - before["busy_s"]) / elapsed,
+                "supervisor_cores": cores[0], "worker_cores": cores[1], "client_cores": cores[2]}
+
+
 class ClientPool:
     """Client processes (benchmarks/loadgen.py), started once and reused by every measurement."""
 
@@ -191,23 +214,11 @@ class ClientPool:
             c.send((endpoint or daemon.endpoint, bodies[k::concurrency]))
         for c in conns:
             assert c.recv() == "ready"
-        groups = [[daemon.proc.pid], process_tree(daemon.proc.pid)[1:], [p.pid for p in self.procs[:concurrency]]]
-        before = daemon.batching()
-        cpu_before = [cpu_seconds(g) for g in groups]
-        started = time.perf_counter()
+        window = LoadWindow(daemon, [p.pid for p in self.procs[:concurrency]])
         for c in conns:
             c.send("go")
         latencies = [t for c in conns for t in c.recv()]
-        elapsed = time.perf_counter() - started
-        cpu_after = [cpu_seconds(g) for g in groups]
-        after = daemon.batching()
-        passes = after["batches"] - before["batches"]
-        # cores' worth of CPU the supervisor, the workers and the client processes used
-        cores = [None if a is None or b is None else (b - a) / elapsed for a, b in zip(cpu_before, cpu_after)]
-        return {"rps": len(bodies) / elapsed, "latencies": latencies,
-                "mean_batch_size": (after["requests"] - before["requests"]) / max(1, passes),
-                "busy": (after["busy_s"] - before["busy_s"]) / elapsed,
-                "supervisor_cores": cores[0], "worker_cores": cores[1], "client_cores": cores[2]}
+        return {**window.close(len(bodies)), "latencies": latencies}
 
     def close(self) -> None:
         for c in self.conns:
@@ -233,15 +244,12 @@ def inflight_processes(daemon: Daemon, bodies: list, processes: int, inflight: i
         for p in procs:
             if p.stdout.readline().strip() != "ready":
                 raise RuntimeError(f"inflight_load.py ({kind}) did not connect")
-        groups = [[daemon.proc.pid], process_tree(daemon.proc.pid)[1:], [p.pid for p in procs]]
-        before, cpu_before = daemon.batching(), [cpu_seconds(g) for g in groups]
-        started = time.perf_counter()
+        window = LoadWindow(daemon, [p.pid for p in procs])
         for p in procs:
             p.stdin.write("go\n")
             p.stdin.flush()
         lines = [p.stdout.readline() for p in procs]
-        elapsed = time.perf_counter() - started
-        cpu_after, after = [cpu_seconds(g) for g in groups], daemon.batching()
+        figures = window.close(len(bodies))
         for p in procs:
             p.stdin.write("exit\n")      # only now: an exit's CPU must not fall in the window
             p.stdin.flush()
@@ -253,8 +261,4 @@ def inflight_processes(daemon: Daemon, bodies: list, processes: int, inflight: i
             if p.poll() is None:
                 p.kill()
                 p.wait()
-    passes = after["batches"] - before["batches"]
-    cores = [None if a is None or b is None else (b - a) / elapsed for a, b in zip(cpu_before, cpu_after)]
-    return {"rps": len(bodies) / elapsed, "mean_batch_size": (after["requests"] - before["requests"]) / max(1, passes),
-            "busy": (after["busy_s"] - before["busy_s"]) / elapsed,
-            "supervisor_cores": cores[0], "worker_cores": cores[1], "client_cores": cores[2]}
+    return figures
