@@ -227,8 +227,6 @@ class ClientPool:
             p.wait(10)
 
 
-
-
 def inflight_processes(daemon: Daemon, bodies: list, processes: int, inflight: int, kind: str) -> dict:
     """Every body once from `processes` client processes (inflight_load.py), each holding `inflight` requests
     in flight: kind runner, an AsyncJevClient as the eval runner sends; bare, a bare DEALER socket.

@@ -43,7 +43,7 @@ from pathlib import Path
 
 import torch
 
-from harness import (HERE, ClientPool, Daemon, like_a_worker, machine, inflight_processes, worker_env_in_effect,
+from harness import (HERE, ClientPool, Daemon, inflight_processes, like_a_worker, machine, worker_env_in_effect,
                      write_result)
 from jevany_daemon import workloads
 from jevany_daemon.config import EngineConfig
@@ -194,9 +194,14 @@ def one_round(inprocess: InProcess, args, run) -> dict:
 
 
 def describe(m: dict) -> str:
-    return (f"in-process dispatch of a pass {m['dispatch_ms']:.1f} ms, ideal {m['ideal_rps']:.0f} req/s; "
+    line = (f"in-process dispatch of a pass {m['dispatch_ms']:.1f} ms, ideal {m['ideal_rps']:.0f} req/s; "
             f"{m['rps']:.0f} req/s = {m['ratio']:.2f} of ideal, {m['mean_batch_size']:.1f} requests a pass "
-            f"({m['pass_ms']:.0f} ms each), clients {m['client_cores']:.2f} of a core")
+            f"({m['pass_ms']:.0f} ms each)")
+    if "p50_ms" in m:
+        line += f", p50 {m['p50_ms']:.1f} ms"
+    if m["client_cores"] is not None:     # None off Linux: CPU is read from /proc
+        line += f", clients {m['client_cores']:.2f} of a core"
+    return line
 
 
 if __name__ == "__main__":
