@@ -8,6 +8,7 @@ fail too while the worker still looked alive. Such an error ends the worker;
 its supervisor answers what it held with worker_lost and starts a fresh one.
 """
 import math
+import traceback
 
 import torch
 
@@ -45,6 +46,42 @@ def release_cached_memory() -> None:
     A no-op where CUDA was never initialised.
     """
     torch.cuda.empty_cache()
+
+
+def detached(exc: BaseException) -> BaseException:
+    """exc, to be kept past its handler without what its frames hold; where it was raised stays readable.
+
+    A pass that failed is kept (Launched.error) while its requests are retried
+    alone, and its traceback holds every frame the error left: the forward's
+    activations, the joined cache. An out-of-memory pass's retries fit only
+    once that memory is gone, and the handler's own frame, holding what holds
+    the exception, would make a cycle that only a full collection frees, rare
+    in a worker. So the frames still running (the handler's, outermost) leave
+    the traceback and the rest are cleared, for it and for the exceptions it
+    was raised from or while handling.
+    """
+    chained, seen = [exc], set()
+    while chained:
+        e = chained.pop()
+        if e is None or id(e) in seen:
+            continue
+        seen.add(id(e))
+        tb = e.__traceback__
+        while tb is not None and not _cleared(tb.tb_frame):
+            tb = tb.tb_next         # a frame still running: the handler's, or one of its callers
+        e.__traceback__ = tb
+        if tb is not None:
+            traceback.clear_frames(tb)
+        chained += [e.__cause__, e.__context__]
+    return exc
+
+
+def _cleared(frame) -> bool:
+    try:
+        frame.clear()
+    except RuntimeError:            # it is still running
+        return False
+    return True
 
 
 def check_finite(probabilities: list[list[float]]) -> None:

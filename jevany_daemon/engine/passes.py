@@ -14,7 +14,7 @@ import torch
 
 from jevany_client.errors import InternalError, JevanyError
 
-from .faults import (DeviceLost, NonFiniteError, check_finite, is_device_lost, is_out_of_memory,
+from .faults import (DeviceLost, NonFiniteError, check_finite, detached, is_device_lost, is_out_of_memory,
                      release_cached_memory)
 from .media_pass import media_forward
 from .pass_inputs import Upload
@@ -58,7 +58,7 @@ class Passes:
             with torch.inference_mode():
                 self._queue(launched)
         except Exception as exc:   # noqa: BLE001 - collect() turns it into per-request outcomes
-            launched.error = exc
+            launched.error = detached(exc)
         return launched
 
     def _queue(self, launched: Launched) -> None:
@@ -113,7 +113,7 @@ class Passes:
             try:
                 launched.probs, launched.seconds = self._probabilities(launched)
             except Exception as exc:   # noqa: BLE001 - finish() handles it, as a launch failure
-                launched.error = exc
+                launched.error = detached(exc)
 
     def finish(self, launched: Launched) -> list:
         """A waited-for pass's outcomes: answers shaped, or its requests scored again alone."""

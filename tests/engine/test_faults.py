@@ -1,12 +1,15 @@
 """Failed passes: non-finite output, out-of-memory, and a device that is gone for good."""
+import gc
 import math
+import traceback
+import weakref
 
 import pytest
 import torch
 
 from jevany_client.errors import InternalError
 from jevany_daemon import workloads
-from jevany_daemon.engine.faults import DeviceLost, is_device_lost, is_out_of_memory
+from jevany_daemon.engine.faults import DeviceLost, detached, is_device_lost, is_out_of_memory
 
 REQUESTS = workloads.mixed(6, seed=3, max_words=12)
 
@@ -142,3 +145,64 @@ def test_one_device_to_host_copy_per_pass(make_engine, monkeypatch):
     assert engine.stats.batches == 1 and questions > 1
     assert copies == ["tolist"]
     assert _finite(results)
+
+
+@pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])
+def test_a_failed_pass_frees_what_it_computed_before_its_requests_are_retried(make_engine, monkeypatch, arch):
+    """The retries alone after an out-of-memory pass fit only if the failed pass's memory is gone by then:
+    its joined cache (kept entries' rows and the states computed so far) and its activations. A kept
+    exception's traceback holds the frames they live in, and a worker's full collections are rare."""
+    engine = make_engine(arch, "choice", batch_policy="greedy", max_batch_size=32, max_padding_waste=1.0,
+                         prefix_min_tokens=200)
+    engine.score(engine.admit_many(workloads.short(2, seed=1)))          # pins the head: the next pass joins it
+    monkeypatch.setattr(torch.cuda, "empty_cache", lambda: None)
+    layers = engine.model.backbone.layers
+    last, original = layers[len(layers) - 1], layers[len(layers) - 1].forward
+    failed, alive_at_retries = [], []
+
+    def forward(hidden_states, *args, **kwargs):
+        if failed:
+            alive_at_retries.append(sum(ref() is not None for ref in failed))
+        elif hidden_states.shape[0] > 1:
+            cache = kwargs["cache"]
+            failed.extend([weakref.ref(hidden_states), weakref.ref(cache)] + [weakref.ref(l) for l in cache.layers])
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return original(hidden_states, *args, **kwargs)
+
+    monkeypatch.setattr(last, "forward", forward)
+    gc.collect()
+    gc.disable()
+    try:
+        outcomes = engine.score(engine.admit_many(workloads.short(4, seed=2)))
+        alive_after = sum(ref() is not None for ref in failed)
+    finally:
+        gc.enable()
+    assert all(isinstance(o, dict) and o["batch"]["size"] == 1 for o in outcomes), outcomes
+    # every retry's forwards (one request each, and the head pinned again: the failed pass forgot it)
+    assert failed and len(alive_at_retries) >= len(outcomes)
+    assert set(alive_at_retries) == {0} and alive_after == 0, (alive_at_retries, alive_after)
+
+
+def test_a_kept_error_still_says_where_it_was_raised_but_holds_no_frame_state():
+    def inner(held):
+        raise OSError("the cause")
+
+    def outer():
+        held = torch.ones(4)
+        try:
+            inner(held)
+        except OSError as cause:
+            raise RuntimeError("the failure") from cause
+
+    try:
+        outer()
+    except RuntimeError as exc:
+        kept = detached(exc)
+    # the handler's frame (this test's, still running) left the traceback; the rest keep their lines
+    assert [f.name for f in traceback.extract_tb(kept.__traceback__)] == ["outer"]
+    assert [f.name for f in traceback.extract_tb(kept.__cause__.__traceback__)] == ["outer", "inner"]
+    for error in (kept, kept.__cause__):
+        tb = error.__traceback__
+        while tb is not None:
+            assert tb.tb_frame.f_locals == {}, tb.tb_frame.f_code.co_name
+            tb = tb.tb_next
