@@ -118,6 +118,13 @@ def test_rows_continuing_the_head_read_its_recurrent_states_where_they_are_kept(
     [states] = given
     assert states and all(s.shape[0] >= 8 and s.untyped_storage().data_ptr() == head.untyped_storage().data_ptr()
                           for s in states)
+    # One row alone gets its own copy: its view would be the entry itself, contiguous, which a kernel
+    # that writes its starting state in place would not copy first (cache_rows._joined_states).
+    with caches_given(engine, recurrent) as given:
+        assert all(isinstance(o, dict) for o in engine.score(engine.admit_many(workloads.short(1, seed=3))))
+    [states] = given
+    assert states and all(s.shape[0] == 1 and s.untyped_storage().data_ptr() != head.untyped_storage().data_ptr()
+                          for s in states)
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])
