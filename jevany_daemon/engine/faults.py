@@ -49,16 +49,16 @@ def release_cached_memory() -> None:
 
 
 def detached(exc: BaseException) -> BaseException:
-    """exc, to be kept past its handler without what its frames hold; where it was raised stays readable.
+    """exc, to be kept past its handler without its frames; where it was raised stays readable, as a note.
 
     A pass that failed is kept (Launched.error) while its requests are retried
     alone, and its traceback holds every frame the error left: the forward's
     activations, the joined cache. An out-of-memory pass's retries fit only
-    once that memory is gone, and the handler's own frame, holding what holds
-    the exception, would make a cycle that only a full collection frees, rare
-    in a worker. So the frames still running (the handler's, outermost) leave
-    the traceback and the rest are cleared, for it and for the exceptions it
-    was raised from or while handling.
+    once that memory is gone. Clearing those frames is not enough: each still
+    links to its caller (f_back), up to the handler's frame, which holds what
+    holds the exception, a cycle only a full collection frees, rare in a
+    worker. So the traceback goes, for it and for the exceptions it was raised
+    from or while handling, and its lines are kept as text.
     """
     chained, seen = [exc], set()
     while chained:
@@ -66,22 +66,11 @@ def detached(exc: BaseException) -> BaseException:
         if e is None or id(e) in seen:
             continue
         seen.add(id(e))
-        tb = e.__traceback__
-        while tb is not None and not _cleared(tb.tb_frame):
-            tb = tb.tb_next         # a frame still running: the handler's, or one of its callers
-        e.__traceback__ = tb
-        if tb is not None:
-            traceback.clear_frames(tb)
+        if e.__traceback__ is not None:
+            e.add_note("raised at (kept as text):\n" + "".join(traceback.format_tb(e.__traceback__)).rstrip())
+            e.__traceback__ = None
         chained += [e.__cause__, e.__context__]
     return exc
-
-
-def _cleared(frame) -> bool:
-    try:
-        frame.clear()
-    except RuntimeError:            # it is still running
-        return False
-    return True
 
 
 def check_finite(probabilities: list[list[float]]) -> None:
