@@ -54,10 +54,12 @@ class Counters:
 
 
 class Stream:
-    asynchronous = False        # the host is free while the device runs (CUDA, simulated)
-
     def __init__(self, device: torch.device):
         self.device = device
+        # The host is free while the device runs: on CUDA (kernels are queued, the host waits only in
+        # wait), and on the simulated accelerator. The worker overlaps its passes there, the batch
+        # policy stops timing lone requests, and a stem is recomputed in rows before it costs a pass.
+        self.asynchronous = device.type == "cuda"
         self.count = Counters()
         self._lock = threading.Lock()     # in-process callers run passes on their own threads
 
@@ -127,10 +129,9 @@ class SimulatedStream(Stream):
     host has dispatched every op of the pass.
     """
 
-    asynchronous = True
-
     def __init__(self, device: torch.device, pass_s: float):
         super().__init__(device)
+        self.asynchronous = True
         self.pass_s = pass_s
         self._free_at = 0.0
 

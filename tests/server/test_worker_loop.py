@@ -6,6 +6,7 @@ arrives while the device runs) and records what the worker sends.
 """
 from collections import deque
 
+import torch
 import zmq
 
 from jevany_client.protocol import encode_request
@@ -13,6 +14,7 @@ from jevany_client.protocol import encode_request
 from jevany_daemon import workloads
 from jevany_daemon.config import EngineConfig
 from jevany_daemon.engine.engine import Engine
+from jevany_daemon.engine.stream import make_stream
 from jevany_daemon.server import channel
 from jevany_daemon.server.worker_loop import WorkerLoop
 
@@ -138,6 +140,14 @@ def test_a_hand_over_that_arrives_while_a_pass_runs_is_admitted_then_and_reporte
     assert messages[-1][0] == channel.RESULTS and messages[-1][2] == 2
     assert sorted(tag for _, answers, _ in messages for tag, ok, _ in answers if ok) == list(range(8))
     assert engine.stats.batches == 2                      # the four that came late share one pass
+
+
+def test_a_cuda_device_overlaps_as_the_simulated_accelerator_does():
+    # What makes the worker overlap its passes, the supervisor hand a busy worker the next pass's worth,
+    # and the batch policy stop timing lone requests. (No CUDA call: a stream only keeps its device.)
+    assert make_stream(torch.device("cuda")).asynchronous and make_stream(torch.device("cuda", 1)).asynchronous
+    assert make_stream(torch.device("cpu"), simulated_pass_ms=5).asynchronous
+    assert not make_stream(torch.device("cpu")).asynchronous
 
 
 def test_what_a_worker_took_ahead_and_held_past_its_deadline_is_never_scored(loaded_model):
