@@ -184,6 +184,13 @@ class WorkerLoop:
             self.receive()
             self.admit()
         self.engine.passes.wait(launched)
+        if asynchronous:
+            # And what came during the wait: the supervisor hands the next pass's worth over when this
+            # pass's EARLY reaches it, which is mostly while the worker waits. Read before the launch, or
+            # it would wait until this pass is answered, the device idle meanwhile. (Still busy: this
+            # reads what is there and never blocks.)
+            self.receive()
+            self.admit()
         self.launched = None
         if asynchronous:
             self.launch()         # the device starts the next pass while this one is answered

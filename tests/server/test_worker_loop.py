@@ -4,6 +4,7 @@ A fake socket plays the supervisor: it holds the messages the worker will
 read (and may add more when the first pass is launched, as a hand-over that
 arrives while the device runs) and records what the worker sends.
 """
+import time
 from collections import deque
 
 import torch
@@ -148,6 +149,36 @@ def test_a_cuda_device_overlaps_as_the_simulated_accelerator_does():
     assert make_stream(torch.device("cuda")).asynchronous and make_stream(torch.device("cuda", 1)).asynchronous
     assert make_stream(torch.device("cpu"), simulated_pass_ms=5).asynchronous
     assert not make_stream(torch.device("cpu")).asynchronous
+
+
+def _during_first_wait(engine, then):
+    """Call then() once, as the worker starts waiting for its first pass (the device running it)."""
+    wait, called = engine.stream.wait, []
+
+    def waiting(ticket):
+        if not called:
+            called.append(then())
+        return wait(ticket)
+
+    engine.stream.wait = waiting
+
+
+def test_a_hand_over_that_lands_while_the_worker_waits_is_launched_before_the_pass_is_answered(loaded_model):
+    # The supervisor hands the next pass's worth over when it hears of this pass's answers (EARLY) from
+    # the pass before: mostly while the worker waits for the device.
+    engine = Engine(loaded_model("qwen3", "pointer"), EngineConfig(max_batch_size=8, batch_policy="greedy"),
+                    simulated_pass_ms=20)
+    bodies = workloads.short(8, seed=3)
+    supervisor = FakeSupervisor((channel.BATCH, items(bodies[:4]), 1))
+    _during_first_wait(engine, lambda: supervisor.inbound.extend(
+        [channel.encode(channel.BATCH, items(bodies[4:], first_tag=4), 2), channel.encode(channel.STOP)]))
+    events = _order_of(engine)
+    run(engine, supervisor)
+
+    assert events == [("launch", 0), ("launch", 1), ("finish", 0), ("finish", 1)]
+    messages = supervisor.answers()
+    assert [(kind, seq) for kind, _, seq in messages] == [(channel.EARLY, 2), (channel.RESULTS, 2)]
+    assert sorted(tag for _, answers, _ in messages for tag, ok, _ in answers if ok) == list(range(8))
 
 
 def test_what_a_worker_took_ahead_and_held_past_its_deadline_is_never_scored(loaded_model):
