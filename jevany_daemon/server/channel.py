@@ -17,13 +17,15 @@ worker → supervisor:  [HELLO, {"pid", "model", "load_s"}]  loaded, ready for w
                                                           its statistics now
 heartbeat socket   →  [HEARTBEAT]                         alive; sent every interval by a thread, from the
                                                           worker's identity + "/hb", while it scores too
-supervisor → worker:  [BATCH, [[tag, payload, transport, media, left, tenant]...], seq]
+supervisor → worker:  [BATCH, [[tag, payload, transport, media, left, tenant, sent_at]...], seq]
                                                           a hand-over, numbered from 1: requests as received
                                                           (transport: zmq or http; media: the checked files
                                                           [[type, path, [size, sha256]]...], or null; left:
                                                           seconds to its deadline, or null; tenant: the
-                                                          prefix-cache salt, or null). Sent to a free worker,
-                                                          or to a busy one as its next pass's worth
+                                                          prefix-cache salt, or null; sent_at: the host's
+                                                          time.monotonic() when sent, from which left counts).
+                                                          Sent to a free worker, or to a busy one as its next
+                                                          pass's worth
                       [STOP]                              finish what is held and exit
                       [CLEAR]                             empty the prefix cache (after any pass in hand)
 """

@@ -113,7 +113,7 @@ class WorkerLoop:
         bodies, tags, origins, tenants, deadlines, copies = [], [], [], [], [], []
         now = time.monotonic()
         for tag, payload, *extra in items:
-            origin, media, left, tenant = (extra + [None] * 4)[:4]
+            origin, media, left, tenant, sent_at = (extra + [None] * 5)[:5]
             mine = PrivateCopies()     # checked media, decoded from here rather than from their paths
             try:
                 bodies.append(_body(payload, media, mine))
@@ -126,7 +126,9 @@ class WorkerLoop:
             tags.append(tag)
             origins.append(origin)
             tenants.append(tenant)
-            deadlines.append(None if left is None else now + float(left))
+            # From when the supervisor sent it (one host, one monotonic clock): a hand-over can sit
+            # unread while a pass is dispatched or answered, and that time is the request's too.
+            deadlines.append(None if left is None else (now if sent_at is None else float(sent_at)) + float(left))
             copies.append(mine)
         admitted_all = self.engine.admit_many(bodies, origins, tenants)
         for tag, deadline, mine, admitted in zip(tags, deadlines, copies, admitted_all):

@@ -3,6 +3,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass, field
 
 from . import channel
@@ -72,9 +73,12 @@ class WorkerHandle:
             self.inflight[e.tag] = e
         if self.state != BUSY:
             self.state, self.busy_since = BUSY, now
-        # The time each has left, not its deadline: the worker drops what expired before its pass began.
+        # The time each has left, not its deadline (the supervisor's clock may not be the host's, as in
+        # tests), and when it was sent by the host's monotonic clock, which the worker shares: the
+        # worker drops what expired before its pass began, counting the time a hand-over sat unread.
+        sent_at = time.monotonic()
         items = [[e.tag, e.payload, e.transport, e.media, None if e.deadline is None else e.deadline - now,
-                  e.tenant]
+                  e.tenant, sent_at]
                  for e in entries]
         backend.send_multipart([self.identity, channel.encode(channel.BATCH, items, self.handed)])
 

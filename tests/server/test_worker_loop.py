@@ -181,6 +181,30 @@ def test_a_hand_over_that_lands_while_the_worker_waits_is_launched_before_the_pa
     assert sorted(tag for _, answers, _ in messages for tag, ok, _ in answers if ok) == list(range(8))
 
 
+def test_a_hand_over_that_sat_unread_past_its_deadline_is_never_scored(loaded_model):
+    # Sent with 50 ms left while the device ran a 300 ms pass: by the time the worker reads it, its
+    # deadline has passed, though 50 ms from the reading would not have.
+    engine = Engine(loaded_model("qwen3", "pointer"), EngineConfig(max_batch_size=8, batch_policy="greedy"),
+                    simulated_pass_ms=300)
+    bodies = workloads.short(3, seed=4)
+    supervisor = FakeSupervisor((channel.BATCH, items(bodies[:1]), 1))
+
+    def hand_over():
+        sent_at = time.monotonic()
+        late = [item + [0.05, None, sent_at] for item in items(bodies[1:2], first_tag=1)]
+        ample = [item + [60.0, None, sent_at] for item in items(bodies[2:], first_tag=2)]
+        supervisor.inbound.extend([channel.encode(channel.BATCH, late + ample, 2), channel.encode(channel.STOP)])
+
+    _during_first_wait(engine, hand_over)
+    run(engine, supervisor)
+
+    outcomes = {tag: (ok, out) for _, answers, _ in supervisor.answers() for tag, ok, out in answers}
+    assert sorted(outcomes) == [0, 1, 2]
+    assert outcomes[1][0] is False and outcomes[1][1]["code"] == "deadline_exceeded"
+    assert outcomes[0][0] and outcomes[2][0]
+    assert engine.stats.as_dict()["requests"] == 2
+
+
 def test_what_a_worker_took_ahead_and_held_past_its_deadline_is_never_scored(loaded_model):
     # The next pass's worth, taken while the device ran: one request of it had 0 s left when it came,
     # one 60 s, one no deadline at all.

@@ -3,6 +3,7 @@
 import json
 import os
 import signal
+import time
 from types import SimpleNamespace
 
 import pytest
@@ -226,9 +227,12 @@ def test_a_hand_over_tells_the_worker_how_long_each_request_has_left():
     backend, worker = Backend(), handle(overlaps=True)
     timed, untimed = entries(1, 2)
     timed.deadline = 1.25
-    worker.hand_over(backend, [timed, untimed], now=1.0)
+    before = time.monotonic()
+    worker.hand_over(backend, [timed, untimed], now=1.0)         # the supervisor's clock, here a test's
     [(_, items, _)] = backend.sent
     assert [item[4] for item in items] == [0.25, None]
+    # ...counted from when it was sent by the host's clock, the one the worker reads: not the supervisor's
+    assert all(before <= item[6] <= time.monotonic() for item in items)
 
 
 def test_results_before_the_last_hand_over_was_read_leave_the_worker_busy_and_its_requests_waiting():
