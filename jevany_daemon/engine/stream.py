@@ -70,7 +70,7 @@ class Stream:
         """Mark the start of a pass, before its upload."""
         if self.device.type == "cuda":
             event = torch.cuda.Event(enable_timing=True)
-            event.record()
+            event.record(torch.cuda.current_stream(self.device))
             return Mark(time.perf_counter(), event)
         return Mark(time.perf_counter())
 
@@ -96,9 +96,17 @@ class Stream:
         if self.device.type != "cuda" or probs.device.type != "cuda":
             return Ticket(probs.detach().to("cpu"), began, time.perf_counter())
         host = torch.empty(probs.shape, dtype=probs.dtype, pin_memory=True)
-        host.copy_(probs, non_blocking=True)
+        host.copy_(probs, non_blocking=True)        # queued on the stream of probs' device
+        if probs.device != self.device:
+            # A model spread over GPUs gives its probabilities on its last GPU, where the copy runs, and
+            # the pass's events are on its first (where began is, for elapsed_time): the first GPU's
+            # stream waits for the copy, so the event that wait() syncs on comes after it. Without
+            # this, wait() could read the host buffer before the copy had landed.
+            copied = torch.cuda.Event()
+            copied.record(torch.cuda.current_stream(probs.device))
+            torch.cuda.current_stream(self.device).wait_event(copied)
         event = torch.cuda.Event(enable_timing=True)
-        event.record()
+        event.record(torch.cuda.current_stream(self.device))
         return Ticket(host, began, time.perf_counter(), event)
 
     def wait(self, ticket: Ticket) -> tuple[list[float], float]:
