@@ -71,8 +71,8 @@ MUTATIONS = [
       "tests/client/test_self_check_sums.py"),
     # --- masks: what each query may attend to ---------------------------------------------
     m("masks: the additive mask blocks what is allowed and allows what is not", ENGINE + "masks.py",
-      "    return (~allowed).to(twin).mul_(_lowest_bits(dtype)).view(dtype)[:, None]",
-      "    return allowed.to(twin).mul_(_lowest_bits(dtype)).view(dtype)[:, None]", "tests/engine/test_packing.py"),
+      "    return (~allowed).to(twin).mul_(_LOWEST_BITS[dtype]).view(dtype)[:, None]",
+      "    return allowed.to(twin).mul_(_LOWEST_BITS[dtype]).view(dtype)[:, None]", "tests/engine/test_packing.py"),
     m("masks: a continued pass's queries blind to their cached keys", ENGINE + "masks.py",
       "        allowed = torch.cat([cached[:, None, :].expand(-1, allowed.shape[1], -1), allowed], dim=2)",
       "        allowed = torch.cat([~cached[:, None, :].expand(-1, allowed.shape[1], -1), allowed], dim=2)",

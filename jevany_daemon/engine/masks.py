@@ -13,8 +13,6 @@ Hybrid models need a mask per layer type: attention layers take the 4D
 additive mask, linear-attention (recurrent) layers the 2D padding mask,
 which zeroes padded inputs so they leave the recurrent state alone.
 """
-import functools
-
 import torch
 
 from .pass_inputs import GROUP_SEGMENTS
@@ -29,10 +27,14 @@ _SAME_WIDTH_INT = {torch.float32: torch.int32, torch.bfloat16: torch.int16, torc
                    torch.float64: torch.int64}
 
 
-@functools.lru_cache(maxsize=None)
-def _lowest_bits(dtype: torch.dtype) -> int:
-    """The bit pattern of dtype's lowest finite value, read as its integer twin (a CPU scalar, once)."""
+def _lowest_bits_of(dtype: torch.dtype) -> int:
+    """The bit pattern of dtype's lowest finite value, read as its integer twin (a CPU scalar)."""
     return torch.tensor(torch.finfo(dtype).min, dtype=dtype).view(_SAME_WIDTH_INT[dtype]).item()
+
+
+# Read once, at import: a mask built inside a compiled or captured forward finds a constant here,
+# never a scalar read (which would break torch.compile's graph and sync a device).
+_LOWEST_BITS = {dtype: _lowest_bits_of(dtype) for dtype in _SAME_WIDTH_INT}
 
 
 def _additive(allowed: torch.Tensor, dtype: torch.dtype, cached: torch.Tensor | None = None) -> torch.Tensor:
@@ -50,7 +52,7 @@ def _additive(allowed: torch.Tensor, dtype: torch.dtype, cached: torch.Tensor | 
     if twin is None:         # a dtype with no integer twin here: filled by mask
         return torch.full(allowed.shape, torch.finfo(dtype).min, dtype=dtype,
                           device=allowed.device).masked_fill_(allowed, 0)[:, None]
-    return (~allowed).to(twin).mul_(_lowest_bits(dtype)).view(dtype)[:, None]
+    return (~allowed).to(twin).mul_(_LOWEST_BITS[dtype]).view(dtype)[:, None]
 
 
 def _causal(width: int, device) -> torch.Tensor:
