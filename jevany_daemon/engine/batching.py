@@ -32,11 +32,17 @@ class Pending:
     done: bool = False
 
 
+def own_tokens(rows: int, width: int) -> int:
+    return rows * width
+
+
 @dataclass(frozen=True)
 class BatchLimits:
     max_size: int
     max_padded_tokens: int
     max_padding_waste: float
+    # Padded tokens of a pass of rows x width: its own, or with a shape plan its bucket's (ShapePlan.tokens)
+    price: Callable[[int, int], int] = own_tokens
 
 
 def take_batch(queue: deque, limits: BatchLimits) -> list[Pending]:
@@ -50,7 +56,7 @@ def take_batch(queue: deque, limits: BatchLimits) -> list[Pending]:
     batch = [head]
     if head.alone or limits.max_size == 1 or not queue:
         return batch
-    cost = _Cost(head)       # padded_cost(batch), kept as running sums: each candidate is judged in O(1)
+    cost = _Cost(head, limits.price)   # padded_cost(batch), kept as running sums: each candidate judged in O(1)
     # (a stem key is hashed in O(1): prefix_reuse.stem_key)
     window = [p for _, p in zip(range(SCAN_LIMIT), queue) if not p.alone and p.group == head.group]
     window.sort(key=lambda p: abs(p.width - head.width))   # stable: arrival order breaks ties
@@ -58,7 +64,7 @@ def take_batch(queue: deque, limits: BatchLimits) -> list[Pending]:
         if len(batch) == limits.max_size:
             break
         sums = cost.trial(p)
-        padded = sums.padded(cost.requests + 1)
+        padded = cost.padded_of(sums, cost.requests + 1)
         if padded > limits.max_padded_tokens:
             continue
         waste, before = 1 - sums.real / padded, 1 - cost.sums.real / cost.padded
@@ -80,8 +86,8 @@ class _Sums(NamedTuple):
     real: int
     grown: int = 0      # the width of the last request's stem row, with it
 
-    def padded(self, requests: int) -> int:
-        return self.rows * self.width + requests * self.prefix
+    def padded(self, requests: int, price=own_tokens) -> int:
+        return price(self.rows, self.width) + requests * self.prefix
 
 
 class _Cost:
@@ -99,14 +105,17 @@ class _Cost:
     may share a row (pass_inputs.Packing), which this counts as one each.
     """
 
-    def __init__(self, first: Pending):
-        self.sums, self.requests = _Sums(0, 0, 0, 0), 0
+    def __init__(self, first: Pending, price=own_tokens):
+        self.sums, self.requests, self.price = _Sums(0, 0, 0, 0), 0, price
         self.stems: dict = {}       # stem -> the width of its row so far
         self.add(first)
 
     @property
     def padded(self) -> int:
-        return self.sums.padded(self.requests)
+        return self.sums.padded(self.requests, self.price)
+
+    def padded_of(self, sums: _Sums, requests: int) -> int:
+        return sums.padded(requests, self.price)
 
     def trial(self, p: Pending) -> _Sums:
         """The sums were p to join; nothing changes yet."""
