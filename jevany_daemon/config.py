@@ -5,6 +5,8 @@ import os
 from dataclasses import dataclass
 
 LAYOUTS = ("auto", "rows", "packed", "shared")
+# torch.compile's modes, as JevAny's JEVANY_COMPILE names them (its "1" means reduce-overhead).
+COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 BATCH_POLICIES = ("adaptive", "greedy")
 # Accelerate's placement strategies for one model over several GPUs (--device-map);
 # here, without torch, so the supervisor checks the setting and the worker uses it.
@@ -55,6 +57,25 @@ class EngineConfig:
     choice_temperature: float | None = None
     choice_native_weight: float = 0.0
     choice_max_tokens: int = 16_384
+    # The shape plan (engine/shape_plan.py, replay.py): passes padded to a fixed set of shapes, every one
+    # run before the worker is ready. shape_plan alone runs them eagerly; compile (one of COMPILE_MODES)
+    # through torch.compile; cuda_graphs as CUDA graphs captured at start, up to cuda_graph_max_tokens
+    # padded tokens a pass (None: max_packed_tokens). Either turns the plan on; they do not combine.
+    # warmup_limit: seconds warming the plan may take before the start fails.
+    shape_plan: bool = False
+    compile: str | None = None
+    cuda_graphs: bool = False
+    cuda_graph_max_tokens: int | None = None
+    warmup_limit: float = 600.0
+
+    @property
+    def runner(self) -> str | None:
+        """How planned passes run (replay.RUNNERS), or None: no plan, every pass as it comes."""
+        if self.compile is not None:
+            return "compiled"
+        if self.cuda_graphs:
+            return "graphs"
+        return "eager" if self.shape_plan else None
 
     def __post_init__(self):
         for name in ("max_batch_size", "max_packed_tokens", "max_state_tokens", "max_branch_tokens",
@@ -84,6 +105,20 @@ class EngineConfig:
         m = self.choice_max_tokens
         if isinstance(m, bool) or not isinstance(m, int) or m < 2:
             raise ValueError(f"choice_max_tokens must be an integer >= 2, got {m!r}")
+        for name in ("shape_plan", "cuda_graphs"):
+            if not isinstance(getattr(self, name), bool):
+                raise ValueError(f"{name} must be true or false, got {getattr(self, name)!r}")
+        if self.compile is not None and self.compile not in COMPILE_MODES:
+            raise ValueError(f"compile must be 0, 1 or one of {', '.join(COMPILE_MODES)}, got {self.compile!r}")
+        if self.compile is not None and self.cuda_graphs:
+            raise ValueError("compile cannot be combined with cuda_graphs (as in JevAny): each captures the "
+                             "passes its own way; give one of them")
+        g = self.cuda_graph_max_tokens
+        if g is not None and (isinstance(g, bool) or not isinstance(g, int) or g < 1):
+            raise ValueError(f"cuda_graph_max_tokens must be an integer >= 1, got {g!r}")
+        w = self.warmup_limit
+        if isinstance(w, bool) or not isinstance(w, (int, float)) or not math.isfinite(w) or w <= 0:
+            raise ValueError(f"warmup_limit must be a number of seconds > 0, got {w!r}")
 
 
 # JevAny's JEVANY_ATTN picks an attention backend; the layouts' masks (block-causal,
@@ -130,6 +165,17 @@ class LoadOptions:
                 except ValueError:
                     raise ValueError(f"JEVANY_{name.upper()}: {raw!r} is not a valid {name}") from None
         return cls(**found)
+
+
+def compile_mode(raw) -> str | None:
+    """JevAny's JEVANY_COMPILE spelling → a mode or None: 0/false/off/no/empty off, 1/true/on/yes its
+    reduce-overhead, else the mode named (refused later if it is none of COMPILE_MODES)."""
+    if raw is None:
+        return None
+    value = str(raw).strip().lower()
+    if value in ("", "0", "false", "off", "no"):
+        return None
+    return "reduce-overhead" if value in ("1", "true", "on", "yes") else value
 
 
 def _flag(raw: str) -> bool:

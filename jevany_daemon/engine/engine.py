@@ -27,9 +27,11 @@ from .native_blend import both_passes, native_blend
 from .passes import Launched, Passes
 from .policy import BatchPolicy
 from .prefix_cache import PrefixCache
-from .prefix_reuse import PackedReuse, RowReuse
+from .prefix_reuse import SHARE_TOKENS, PackedReuse, RowReuse
 from .prompts import Limits, make_encoder
 from .readouts import make_readout
+from .replay import Replay
+from .shape_plan import ShapePlan
 from .shaping import OutputTokens
 from .stats import BatchRecord, BatchStats
 from .stream import make_stream
@@ -96,6 +98,7 @@ class Engine:
         self.pad_id = _pad_id(model.tokenizer)
         self.admission = Admission(self)
         self.output_tokens = OutputTokens(model.tokenizer)
+        self.replay: Replay | None = None    # the shape plan's buckets, once warm_plan has run them
         self.passes = Passes(self)
         self._commit = GroupCommit(self._take, self._run_pending)
         self.lost = None    # DeviceLost, once the device failed beyond recovery
@@ -237,6 +240,43 @@ class Engine:
         out = self.decoder(**inputs, attention_mask=attention_mask, use_cache=return_cache)
         return (out.last_hidden_state, out.cache) if return_cache else out.last_hidden_state
 
+    # --- the shape plan ----------------------------------------------------------
+
+    def warm_plan(self) -> dict[str, float] | None:
+        """Build the shape plan the settings ask for and run every bucket of it (replay.py); from then on a
+        pass that fits a bucket runs in it, and batches are priced at their bucket's tokens. → seconds per
+        warm-up phase, or None without a plan. Raises replay.PlanTooLarge past config.warmup_limit.
+
+        After the engine's first pass (warmup.warm_up): the plan continues the prompt's head, once pinned.
+        """
+        runner = self.config.runner
+        if runner is None:
+            return None
+        head = self._reuse.head_entry() if self._reuse is not None else None
+        cached = head.width if head is not None else 0
+        plan = ShapePlan.for_engine(self.config.max_batch_size, self.config.max_packed_tokens,
+                                    self.model.context_window, cached)
+        replay = Replay(plan, runner, self.readout, self._backbone, self.model.dtype, self.model.device,
+                        self.pad_id, compile_mode=self.config.compile,
+                        graph_max_tokens=self.config.cuda_graph_max_tokens)
+        phases = replay.warm_up(head, self._reuse.kit if head is not None else None, self.stream,
+                                self.config.warmup_limit)
+        self.replay = replay
+        if self._reuse is not None:
+            # A stem pass of its own runs outside every bucket, as it comes: a whole forward, as on an
+            # accelerator. Rows recompute a shared stem before it costs one (prefix_reuse.SHARE_TOKENS).
+            self._reuse.share_tokens = SHARE_TOKENS[True]
+        priced = replace(self.batch_limits, price=plan.tokens)
+        self.batch_limits, self.alone_limits = priced, replace(priced, max_size=1)
+        return phases
+
+    def live_head(self):
+        """The prompt's head as the prefix cache holds it now (what a pass continuing it joins), or None."""
+        return self._reuse.head_entry() if self._reuse is not None else None
+
+    def plan_stats(self) -> dict | None:
+        return None if self.replay is None else self.replay.counts.as_dict()
+
     def prefix_cache_stats(self) -> dict:
         if self.memory is None:
             return {"enabled": False, "size": 0, "hits": 0, "misses": 0}
@@ -253,6 +293,8 @@ class Engine:
                                   explore_alone=not self.stream.asynchronous)
         if getattr(self, "memory", None) is not None:
             self.memory.reset()
+        if getattr(self, "replay", None) is not None:
+            self.replay.counts.reset()
 
     def describe(self) -> dict:
         """What the engine serves, and how: describe.py."""

@@ -24,6 +24,9 @@ prefix cache's layouts may run the backbone once there, to pin the prompt's
 head the first time);
 ``run`` then queues the forward(s) on the device from the uploaded tensors,
 masks included, and returns the hidden states at the readout positions.
+A job that is one forward over one grid, continuing nothing or every row
+the same cached entry, says so (``single``): the shape plan may run it in a
+bucket's fixed shape instead (replay.py).
 Every mask is built here, so the decoder never builds one of its own (which
 reads a device value to decide whether padding exists).
 
@@ -66,11 +69,21 @@ def padding_of(seg: torch.Tensor) -> torch.Tensor:
     return (seg >= 0).long()
 
 
+class Single(NamedTuple):
+    """A pass of one forward over one grid (right-padded), every row continuing `continues` (a cached entry
+    of one row, whole) or nothing: what a bucket of the shape plan can run in its stead."""
+    sent: Sent
+    continues: Block | None
+
+
 class OneForward:
     """A prepared pass of one forward over a grid, under a causal (rows) or block-causal (packed) mask."""
 
     def __init__(self, sent: Sent, block_causal: bool):
         self.sent, self.block_causal = sent, block_causal
+
+    def single(self) -> Single:
+        return Single(self.sent, None)
 
     def run(self, backbone: Backbone, dtype) -> tuple[torch.Tensor, int]:
         s = self.sent

@@ -37,6 +37,10 @@ class Upload:
     def __getitem__(self, handle: int) -> torch.Tensor:
         return self._sent[handle]
 
+    def values(self, handle: int) -> list[int]:
+        """A registered list as the host built it (sent or not)."""
+        return self._arrays[handle]
+
 
 @dataclass
 class Grid:

@@ -37,6 +37,7 @@ class Launched:
     error: BaseException | None = None
     probs: list | None = None     # once waited for: per question
     seconds: float = 0.0          # the pass's time, as the stream measured it
+    fixed: bool = False           # run in a bucket of the shape plan: its download in the readout's fixed layout
 
 
 class Passes:
@@ -66,25 +67,19 @@ class Passes:
         model, stream = engine.model, engine.stream
         began = stream.begin()
         upload = Upload()
+        media = batch[0].request.media      # alone in its batch (Pending.alone)
+        job = None if media else engine.layout_for(batch[0]).prepare([a.encoded for a in batch], engine.pad_id,
+                                                                      upload, engine._backbone)
+        self._account(launched)      # once prepared: preparing may have pinned the prompt's head
+        fixed = self._fixed(launched, job, upload, media)
+        if fixed is not None:
+            launched.padded, launched.fixed = fixed.bucket.tokens, True
+            launched.ticket = stream.download(engine.replay.run(fixed, stream), began, fixed.used)
+            return
         plan = engine.readout.plan(launched.counts, upload)
         native_plan = engine.blend.readout.plan(launched.counts, upload) if launched.blended else None
-        media = batch[0].request.media      # alone in its batch (Pending.alone)
-        if media:
-            job = None
-        else:
-            job = engine.layout_for(batch[0]).prepare([a.encoded for a in batch], engine.pad_id, upload,
-                                                      engine._backbone)
         native_job = (engine.layout.prepare([a.native for a in batch], engine.pad_id, upload, engine._backbone)
                       if native_plan is not None else None)
-        # What the pass computes, once prepared: preparing may have pinned the prompt's head.
-        costs = [engine.cost(a) for a in batch]
-        launched.real, computed = 0, set()
-        for shape, real in costs:
-            if shape.stem is not None and shape.stem in computed:
-                real -= shape.shared        # its stem is computed once, in the row it shares (batching._Cost)
-            computed.add(shape.stem)
-            launched.real += real
-        launched.width = max(shape.width for shape, _ in costs)
         upload.send(stream)      # every input of the pass, in one copy, before its first kernel
         if media:
             with engine.admission.tokenizer_lock:
@@ -99,6 +94,27 @@ class Passes:
             padded += extra
         launched.padded = padded
         launched.ticket = stream.download(probs.float(), began)
+
+    def _account(self, launched: Launched) -> None:
+        """What the pass computes: its real tokens (a shared stem once) and its widest request."""
+        costs = [self.engine.cost(a) for a in launched.batch]
+        launched.real, computed = 0, set()
+        for shape, real in costs:
+            if shape.stem is not None and shape.stem in computed:
+                real -= shape.shared        # its stem is computed once, in the row it shares (batching._Cost)
+            computed.add(shape.stem)
+            launched.real += real
+        launched.width = max(shape.width for shape, _ in costs)
+
+    def _fixed(self, launched: Launched, job, upload: Upload, media):
+        """The pass in a bucket of the shape plan, or None: no plan, or the pass is not one it runs."""
+        replay = self.engine.replay
+        if replay is None:
+            return None
+        if media or launched.blended:
+            replay.count_eager("media" if media else "blend")
+            return None
+        return replay.fixed(job, launched.counts, upload, self.engine.live_head())
 
     # --- collect ----------------------------------------------------------
 
@@ -124,6 +140,10 @@ class Passes:
 
     def _probabilities(self, launched: Launched) -> tuple[list[list[float]], float]:
         flat, seconds = self.engine.stream.wait(launched.ticket)
+        if launched.fixed:
+            probs = self.engine.readout.unpack(flat, launched.counts)
+            check_finite(probs)
+            return probs, seconds
         n = sum(launched.counts)
         probs = split(flat[:n], launched.counts)
         check_finite(probs)    # CUDA kernels can return NaN where the CPU's return zeros

@@ -146,6 +146,12 @@ class PrefixCache:
         return True
 
     @_locked
+    def pinned_cache(self, tokens: tuple[int, ...]):
+        """The cache pinned for exactly these tokens, or None; touches no counter and no order."""
+        entry = self._entries.get(tokens)
+        return entry.cache if entry is not None and entry.pinned else None
+
+    @_locked
     def pinned(self) -> list[tuple[int, ...]]:
         return [key for key, entry in self._entries.items() if entry.pinned]
 

@@ -33,7 +33,7 @@ from array import array
 from dataclasses import dataclass, field
 
 from .cache_rows import Block, CacheKit, JoinPlan
-from .layouts import Backbone, Joined, Shape, padding_of
+from .layouts import Backbone, Joined, Shape, Single, padding_of
 from .masks import block_causal_mask, padded_causal_mask
 from .pass_inputs import Grid, Packing, Sent, Upload, gather_rows
 from .prefix_cache import PrefixCache
@@ -112,6 +112,10 @@ class _Reuse:
         if not self.memory.pin(self.head, self.kit.take(cache, 0, 0, n)):
             self.head = ()     # bigger than the whole byte bound: computed with every request instead
 
+    def head_entry(self) -> Block | None:
+        """The pinned head's cached rows, which every request continues; None before it is pinned."""
+        return self.memory.pinned_cache(self.head) if self.head else None
+
     def _keep(self, stem: _Stem, row: Block) -> None:
         self.memory.put(stem.tokens, row, extends=stem.base, tenant=stem.tenant)
 
@@ -180,6 +184,11 @@ class _PackedJob:
                  keep: list[tuple[int, int]]):
         self.reuse, self.stems, self.sent, self.joined, self.keep = reuse, stems, sent, joined, keep
 
+    def single(self) -> Single | None:
+        """One forward that keeps nothing, continuing one entry or none (a pass that keeps a stem needs
+        the pass's cache back)."""
+        return None if self.keep else _single(self.sent, self.joined)
+
     def run(self, backbone: Backbone, dtype):
         s, reuse, keep = self.sent, self.reuse, bool(self.keep)
         if self.joined is not None:
@@ -197,6 +206,12 @@ class _PackedJob:
                 stem = self.stems[g]
                 reuse._keep(stem, reuse.kit.take(cache, r, cached - stem.cached, cached + len(stem.new)))
         return gather_rows(hidden, s.gather), s.padded_tokens
+
+
+def _single(sent: Sent, joined: Joined | None) -> Single | None:
+    if joined is None:
+        return Single(sent, None)
+    return None if joined.plan.shared is None else Single(sent, joined.plan.shared)
 
 
 class RowReuse(_Reuse):
@@ -275,6 +290,9 @@ class _StemPass:
 class _RowJob:
     def __init__(self, reuse: RowReuse, passes: list[_StemPass], sent: Sent, joined: Joined | None):
         self.reuse, self.passes, self.sent, self.joined = reuse, passes, sent, joined
+
+    def single(self) -> Single | None:
+        return None if self.passes else _single(self.sent, self.joined)
 
     def run(self, backbone: Backbone, dtype):
         reuse = self.reuse

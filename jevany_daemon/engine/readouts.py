@@ -9,6 +9,12 @@ kernels queued before it. So a readout lays out its index lists from the
 option counts before the pass (``plan``), in the pass's one upload, and
 returns its probabilities on the device: the engine brings every question's
 to the host in one copy.
+
+A pass padded to a bucket of the shape plan (shape_plan.py) reads out in a
+fixed shape too (``fixed``): its gathered states, a fixed number of them,
+come with index lists of fixed lengths, and every op depends only on those
+lengths, so the readout can be compiled or captured with the forward. Its
+probabilities come back in a fixed layout, which ``unpack`` reads on the host.
 """
 import torch
 
@@ -98,6 +104,51 @@ class PointerReadout:
                            plan.owners)
         return _softmax(logits, plan, self.temperature)
 
+    # --- in a fixed shape: every gathered row scored as an option of its question ---------------
+
+    def fixed_sizes(self, gathered: int) -> list[int]:
+        """owner (the gathered row of each row's DECIDE), slot (its question; decide rows and padding a
+        spare slot), for `gathered` rows."""
+        return [gathered, gathered]
+
+    def fixed_lists(self, counts: list[int], gathered: int) -> list[list[int]] | None:
+        spare = gathered // 2        # a question reads at least two rows: its DECIDE and an option
+        if sum(counts) + len(counts) > gathered or len(counts) > spare:
+            return None
+        owner, slot, at = [], [], 0
+        for q, k in enumerate(counts):
+            owner += [at] * (1 + k)
+            slot += [spare] + [q] * k
+            at += 1 + k
+        rest = gathered - at
+        return [owner + list(range(at, gathered)), slot + [spare] * rest]
+
+    def fixed_probabilities(self, gathered: torch.Tensor, owner: torch.Tensor, slot: torch.Tensor) -> torch.Tensor:
+        """[G] probabilities: each option's within its question (decide rows and padding: garbage, finite).
+
+        A softmax per question through its slot (max, exp, sum by index), so nothing depends on how
+        many options a question has.
+        """
+        logits = self.head(gathered, gathered, owner)
+        if self.temperature != 1.0:
+            logits = logits / self.temperature
+        slots = gathered.shape[0] // 2 + 1
+        peak = logits.new_full((slots,), float("-inf")).scatter_reduce(0, slot, logits, "amax")
+        e = (logits - peak.index_select(0, slot)).exp()
+        return e / e.new_zeros(slots).index_add(0, slot, e).index_select(0, slot)
+
+    @staticmethod
+    def fixed_used(counts: list[int]) -> int:
+        return sum(counts) + len(counts)
+
+    @staticmethod
+    def unpack(flat: list[float], counts: list[int]) -> list[list[float]]:
+        out, at = [], 0
+        for k in counts:
+            out.append(flat[at + 1: at + 1 + k])
+            at += 1 + k
+        return out
+
 
 class _LabelReadout:
     """Shared by lm_token and choice-token: read one state per question, project onto label rows."""
@@ -112,6 +163,31 @@ class _LabelReadout:
         scores = self.label_logits(hidden.float())
         return _softmax(scores.reshape(-1).index_select(0, plan.cells), plan, self.temperature)
 
+    # --- in a fixed shape: one gathered row per question, every label scored ---------------------
+
+    def fixed_sizes(self, gathered: int) -> list[int]:
+        """options: how many of the labels each gathered row's question offers."""
+        return [gathered]
+
+    def fixed_lists(self, counts: list[int], gathered: int) -> list[list[int]] | None:
+        if len(counts) > gathered:
+            return None
+        return [counts + [self.labels] * (gathered - len(counts))]     # padding: all finite
+
+    def fixed_probabilities(self, gathered: torch.Tensor, options: torch.Tensor) -> torch.Tensor:
+        """[G x labels] probabilities, question by question, over its first `options` labels."""
+        scores = self.label_logits(gathered.float())
+        if self.temperature != 1.0:
+            scores = scores / self.temperature
+        offered = self.columns[None, :] < options[:, None]
+        return scores.masked_fill(~offered, float("-inf")).softmax(-1).view(-1)
+
+    def fixed_used(self, counts: list[int]) -> int:
+        return len(counts) * self.labels
+
+    def unpack(self, flat: list[float], counts: list[int]) -> list[list[float]]:
+        return [flat[q * self.labels: q * self.labels + k] for q, k in enumerate(counts)]
+
 
 class TokenReadout(_LabelReadout):
     """lm_token: DECIDE state through the frozen LM-head rows of the checkpoint's verbalizers."""
@@ -121,6 +197,7 @@ class TokenReadout(_LabelReadout):
         self.weight, self.bias = _label_rows(model, model.verbalizer_ids)
         self.labels = len(model.verbalizer_ids)
         self.max_options = min(model.max_options, self.labels)
+        self.columns = torch.arange(self.labels, device=self.weight.device)    # label numbers (fixed form)
 
     def label_logits(self, hidden: torch.Tensor) -> torch.Tensor:
         z = hidden @ self.weight.T
@@ -156,6 +233,7 @@ class ChoiceReadout(_LabelReadout):
             at += len(g)
         index = index.to(self.weight.device)
         self.alias_rows, self.no_alias = index.clamp(min=0), index < 0
+        self.columns = torch.arange(self.labels, device=self.weight.device)    # label numbers (fixed form)
         self.softcap = getattr(model._text_config, "final_logit_softcapping", None)
 
     def label_logits(self, hidden: torch.Tensor) -> torch.Tensor:

@@ -8,6 +8,9 @@ host catches up. So every pass talks to the device through a stream:
 - ``upload``: the pass's host-built integer inputs, packed into one pinned
   buffer and copied with one non-blocking copy, before any kernel of the
   pass is queued;
+- ``fill``: the same, into a static buffer the pass's forward reads (a
+  bucket of the shape plan, replay.py), so a captured graph finds its
+  inputs where it recorded them;
 - ``download``: the pass's probabilities, copied into pinned memory without
   waiting; the host goes on (admitting, forming the next pass, shaping the
   last one's answers) until ``wait`` takes them: the pass's one sync.
@@ -41,6 +44,7 @@ class Ticket:
     handed_at: float            # host time when the pass's last op was queued
     event: object = None        # a CUDA event recorded after the copy
     ready_at: float = 0.0       # SimulatedStream: when the device would finish
+    used: int | None = None     # how many leading values the host reads (a fixed layout's), None: all
 
 
 @dataclass
@@ -89,12 +93,24 @@ class Stream:
             flat = flat.to(self.device)
         return list(flat.split(sizes))
 
-    def download(self, probs: torch.Tensor, began: Mark) -> Ticket:
-        """Start the copy of a pass's probabilities (fp32, 1-D) to the host; nothing waits yet."""
+    def fill(self, static: torch.Tensor, values: list[int]) -> None:
+        """A pass's int64 inputs into a static buffer of exactly their length, in one host-to-device copy."""
+        with self._lock:
+            self.count.uploads += 1
+        host = torch.frombuffer(array("q", values), dtype=torch.long)
+        if static.device.type == "cuda":
+            host = host.pin_memory()
+        # Queued on the stream, after whatever read the buffer before: a pass in flight keeps its inputs.
+        static.copy_(host, non_blocking=static.device.type == "cuda")
+
+    def download(self, probs: torch.Tensor, began: Mark, used: int | None = None) -> Ticket:
+        """Start the copy of a pass's probabilities (fp32, 1-D) to the host; nothing waits yet.
+
+        used: how many leading values the host will read (the rest pads a fixed layout)."""
         with self._lock:
             self.count.downloads += 1
         if self.device.type != "cuda" or probs.device.type != "cuda":
-            return Ticket(probs.detach().to("cpu"), began, time.perf_counter())
+            return Ticket(probs.detach().to("cpu"), began, time.perf_counter(), used=used)
         host = torch.empty(probs.shape, dtype=probs.dtype, pin_memory=True)
         host.copy_(probs, non_blocking=True)        # queued on the stream of probs' device
         if probs.device != self.device:
@@ -107,7 +123,7 @@ class Stream:
             torch.cuda.current_stream(self.device).wait_event(copied)
         event = torch.cuda.Event(enable_timing=True)
         event.record(torch.cuda.current_stream(self.device))
-        return Ticket(host, began, time.perf_counter(), event)
+        return Ticket(host, began, time.perf_counter(), event, used=used)
 
     def wait(self, ticket: Ticket) -> tuple[list[float], float]:
         """The pass's one sync: its probabilities on the host, and the seconds the pass took.
@@ -116,11 +132,11 @@ class Stream:
         is the device's, between its events.
         """
         if ticket.event is None:
-            return ticket.host.tolist(), ticket.handed_at - ticket.began.host
+            return _read(ticket), ticket.handed_at - ticket.began.host
         started = time.perf_counter()
         ticket.event.synchronize()
         self.count.waited_s += time.perf_counter() - started
-        return ticket.host.tolist(), ticket.began.event.elapsed_time(ticket.event) / 1000
+        return _read(ticket), ticket.began.event.elapsed_time(ticket.event) / 1000
 
     def synchronize(self) -> None:
         """Wait for everything queued (start-up and tests only, never on a pass's path)."""
@@ -154,7 +170,12 @@ class SimulatedStream(Stream):
         if delay > 0:
             time.sleep(delay)        # releases the GIL, as a host waiting on a GPU is free
             self.count.waited_s += delay
-        return ticket.host.tolist(), ticket.ready_at - ticket.began.host
+        return _read(ticket), ticket.ready_at - ticket.began.host
+
+
+def _read(ticket: Ticket) -> list[float]:
+    host = ticket.host if ticket.used is None else ticket.host[:ticket.used]
+    return host.tolist()
 
 
 def make_stream(device: torch.device, simulated_pass_ms: float | None = None) -> Stream:
