@@ -167,11 +167,25 @@ def serve(
     base_load_path: str = typer.Option(None, "--base-load-path", help="A local copy of a checkpoint's base model, "
                                        "read in place of head.pt's base (JevAny's JEVANY_BASE_LOAD_PATH). "
                                        "[default: head.pt's base]", show_default=False),
-    cuda_graphs: bool = typer.Option(False, "--cuda-graphs", help="JevAny's CUDA graph capture: not available "
-                                     "here, refused. [default: off]", show_default=False),
-    cuda_graph_max_tokens: int = typer.Option(None, "--cuda-graph-max-tokens", help="JevAny's: turns on CUDA "
-                                              "graph capture there, refused here. [default: none]",
-                                              show_default=False),
+    shape_plan: bool = typer.Option(None, "--shape-plan/--no-shape-plan", help="Pad every pass to one of a "
+                                    "fixed set of shapes (rows x width, from --max-batch-size and "
+                                    "--max-packed-tokens) and run each shape before the worker is ready, so no "
+                                    "served pass meets a shape first (GPU kernels tune per shape). Implied by "
+                                    "--compile and --cuda-graphs. [default: off]", show_default=False),
+    compile: str = typer.Option(None, "--compile", metavar="MODE", help="torch.compile every shape of the plan "
+                                "at start: default, reduce-overhead, max-autotune or max-autotune-no-cudagraphs; "
+                                "1 is reduce-overhead, 0 off (JevAny's JEVANY_COMPILE). Minutes a shape on a "
+                                "CPU. Not with --cuda-graphs. [default: off]", show_default=False),
+    cuda_graphs: bool = typer.Option(None, "--cuda-graphs/--no-cuda-graphs", help="Capture every shape of the "
+                                     "plan as a CUDA graph at start and replay it per pass (JevAny's, for "
+                                     "batched passes here); CUDA only, one GPU per worker. Not yet measured on a "
+                                     "GPU: see docs/GPUS.md. [default: off]", show_default=False),
+    cuda_graph_max_tokens: int = typer.Option(None, "--cuda-graph-max-tokens", help="Padded tokens of the "
+                                              "largest pass captured (rows x width); bigger shapes of the plan "
+                                              "run eagerly. [default: --max-packed-tokens]", show_default=False),
+    warmup_limit: float = typer.Option(None, "--warmup-limit", help="Seconds warming the shape plan may take; a "
+                                       "plan that would take longer stops the start (exit 2) saying what to "
+                                       "lower. [default: 600]", show_default=False),
     bind: list[str] = typer.Option(None, "--bind", help="Public endpoint, ipc://PATH or tcp://HOST:PORT; repeat "
                                    "for several. [default: ipc://$XDG_RUNTIME_DIR/jevany/daemon.sock]",
                                    show_default=False),
@@ -321,7 +335,6 @@ def serve(
             typer.echo(f"error: give at most one of {flag} and its legacy spelling {old_flag}", err=True)
             raise typer.Exit(2)
     try:
-        jevany_options.refuse_graph_flags(cuda_graphs, cuda_graph_max_tokens)
         http = jevany_options.http_from_host_port(host, port, http)
     except jevany_options.OptionError as exc:
         typer.echo(f"error: {exc}", err=True)
@@ -348,7 +361,8 @@ def serve(
                  media_total_bytes=media_total_bytes, media_max_pixels=media_max_pixels,
                  media_max_video_frames=media_max_video_frames, media_check_timeout=media_check_timeout,
                  http_cors_origins=http_cors_origins, lora_scale=lora_scale, merge=merge, merge_bf16=merge_bf16,
-                 attn=attn, base_load_path=base_load_path,
+                 attn=attn, base_load_path=base_load_path, shape_plan=shape_plan, compile=compile,
+                 cuda_graphs=cuda_graphs, cuda_graph_max_tokens=cuda_graph_max_tokens, warmup_limit=warmup_limit,
                  simulate_accelerator=simulate_accelerator)
     try:
         settings = resolve(flags, config)

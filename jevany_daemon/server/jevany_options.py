@@ -13,19 +13,12 @@ from pathlib import Path
 READOUT_ALIASES = {"letter": "choice"}
 NATIVE = "native"
 # Speed features of JevAny's that the daemon does not have (yet): on in JevAny when set so.
-_OFF = ("", "0", "false", "off", "no")
 UNOFFERED = {
-    "JEVANY_CUDA_GRAPHS": (lambda v: v == "1",
-                           "CUDA graph capture is not available in jevany-daemon; unset it. The daemon keeps a GPU "
-                           "busy by batching concurrent requests (--max-batch-size)"),
-    "JEVANY_COMPILE": (lambda v: v.strip().lower() not in _OFF,
-                       "torch.compile is not available in jevany-daemon; unset it (or set 0)"),
     "JEVANY_FUSED_KERNELS": (lambda v: v == "1",
                              "JevAny's fused Qwen3.5 kernels are not available in jevany-daemon; unset it. Hybrid "
                              "models' linear-attention layers already run flash-linear-attention's kernels where it "
                              "is installed (see linear_attention in jevany-ctl models)"),
 }
-GRAPH_TOKENS = "JEVANY_CUDA_GRAPH_MAX_TOKENS"
 
 
 class OptionError(ValueError):
@@ -37,17 +30,6 @@ def refuse_unoffered(env) -> None:
     for name, (on, why) in UNOFFERED.items():
         if on(env.get(name, "")):
             raise OptionError(f"{name}={env[name]}: {why}")
-    raw = env.get(GRAPH_TOKENS)
-    # Without CUDA graphs it sizes nothing, in JevAny as here; JevAny still refuses a bad value.
-    if raw is not None and not (raw.strip().isdigit() and int(raw) >= 1):
-        raise OptionError(f"{GRAPH_TOKENS}: cuda_graph_max_tokens must be a positive integer, got {raw!r}")
-
-
-def refuse_graph_flags(cuda_graphs: bool, cuda_graph_max_tokens: int | None) -> None:
-    """jevany serve's --cuda-graphs, and --cuda-graph-max-tokens, which turns them on there too."""
-    if cuda_graphs or cuda_graph_max_tokens is not None:
-        flag = "--cuda-graphs" if cuda_graphs else "--cuda-graph-max-tokens"
-        raise OptionError(f"{flag}: {UNOFFERED['JEVANY_CUDA_GRAPHS'][1]}; leave out {flag}")
 
 
 def readout(value: str | None) -> str | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from jevany_client.endpoints import default_control_endpoint, default_endpoint
 
-from jevany_daemon.config import EngineConfig, LoadOptions
+from jevany_daemon.config import EngineConfig, LoadOptions, compile_mode
 
 from . import devices as device_names
 from . import jevany_options
@@ -137,10 +137,13 @@ LOAD_FIELDS = tuple(f.name for f in fields(LoadOptions))
 SERVE_FIELDS = tuple(f.name for f in fields(ServeSettings) if f.name not in ("engine", "load", "device_auto"))
 _INTS = {"max_queue", "max_message_bytes", "max_batch_size", "max_packed_tokens",
          "max_state_tokens", "max_branch_tokens", "workers", "cpu_threads", "metrics_port",
-         "prefix_cache", "prefix_min_tokens", "prefix_cache_bytes", "choice_max_tokens", *MEDIA_CAPS}
+         "prefix_cache", "prefix_min_tokens", "prefix_cache_bytes", "choice_max_tokens", "cuda_graph_max_tokens",
+         *MEDIA_CAPS}
 _FLOATS = {"max_padding_waste", "heartbeat_timeout", "batch_timeout", "max_memory_gib", "simulate_accelerator",
-           "choice_temperature", "choice_native_weight", "temperature", "media_check_timeout", "lora_scale"}
-_BOOLS = {"log_requests", "insecure", "date_facts", "merge", "merge_bf16", "public_cache_counters"}
+           "choice_temperature", "choice_native_weight", "temperature", "media_check_timeout", "lora_scale",
+           "warmup_limit"}
+_BOOLS = {"log_requests", "insecure", "date_facts", "merge", "merge_bf16", "public_cache_counters", "shape_plan",
+          "cuda_graphs"}
 
 
 def _from_env(env) -> dict:
@@ -226,6 +229,8 @@ def resolve(flags: dict, config_file: Path | None = None, env=os.environ,
     given = {k: v for k, v in flags.items() if v is not None and v != ()}
     merged.update(given)
     origin.update({name: "--" + name.replace("_", "-") for name in given})
+    if "compile" in merged:        # JevAny's spellings: 0/off, 1 (reduce-overhead), or a mode
+        merged["compile"] = compile_mode(merged["compile"])
     engine = {k: merged.pop(k) for k in ENGINE_FIELDS if k in merged}
     load = {k: merged.pop(k) for k in LOAD_FIELDS if k in merged}
     merged["readout"] = jevany_options.readout(merged.get("readout"))

@@ -38,6 +38,7 @@ def validate(s: ServeSettings, cuda_count: Callable[[], int] = device_names.visi
     _validate_device_map(s)
     _validate_pool(s)
     _validate_devices_exist(s, cuda_count)
+    _validate_plan(s)
     for name in ("max_queue", "max_message_bytes"):
         _positive_int(name, getattr(s, name))
     _validate_endpoints(s)
@@ -111,6 +112,17 @@ def _validate_pool(s: ServeSettings) -> None:
         value = getattr(s, name)
         if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
             raise SettingsError(f"{name} must be a number of seconds > 0, got {value!r}")
+
+
+def _validate_plan(s: ServeSettings) -> None:
+    """CUDA graphs need a CUDA device; graphs and compiled passes, one GPU a worker (not a device map)."""
+    e = s.engine
+    if e.cuda_graphs and "cpu" in s.devices:
+        raise SettingsError(f"cuda_graphs captures CUDA graphs and needs CUDA devices; device is "
+                            f"{','.join(s.devices)}. On a CPU, --shape-plan runs the same fixed shapes eagerly")
+    if s.device_map is not None and (e.cuda_graphs or e.compile is not None):
+        which = "cuda_graphs" if e.cuda_graphs else "compile"
+        raise SettingsError(f"{which} needs the whole model on one GPU a worker; it cannot run with device_map")
 
 
 def _validate_device_map(s: ServeSettings) -> None:

@@ -15,11 +15,13 @@ def run_dir(tmp_path):
 
 
 @pytest.mark.parametrize("env,message", [
-    ({"JEVANY_CUDA_GRAPHS": "1"}, "JEVANY_CUDA_GRAPHS=1: CUDA graph capture is not available in jevany-daemon; unset it"),
-    ({"JEVANY_COMPILE": "reduce-overhead"}, "JEVANY_COMPILE=reduce-overhead: torch.compile is not available"),
-    ({"JEVANY_COMPILE": "1"}, "unset it \\(or set 0\\)"),
+    ({"JEVANY_CUDA_GRAPHS": "1"}, "^JEVANY_CUDA_GRAPHS: cuda_graphs captures CUDA graphs and needs CUDA devices; "
+                                  "device is cpu"),
+    ({"JEVANY_COMPILE": "fast"}, "^JEVANY_COMPILE: compile must be 0, 1 or one of default, reduce-overhead"),
+    ({"JEVANY_COMPILE": "1", "JEVANY_CUDA_GRAPHS": "1"}, "compile cannot be combined with cuda_graphs"),
     ({"JEVANY_FUSED_KERNELS": "1"}, "JEVANY_FUSED_KERNELS=1: JevAny's fused Qwen3.5 kernels are not available"),
-    ({"JEVANY_CUDA_GRAPH_MAX_TOKENS": "0"}, "cuda_graph_max_tokens must be a positive integer, got '0'"),
+    ({"JEVANY_CUDA_GRAPH_MAX_TOKENS": "0"}, "^JEVANY_CUDA_GRAPH_MAX_TOKENS: cuda_graph_max_tokens must be an integer "
+                                            ">= 1, got 0"),
     ({"JEVANY_LORA_SCALE": "nan"}, "JEVANY_LORA_SCALE: lora_scale must be a finite number"),
     ({"JEVANY_MERGE": "sometimes"}, "JEVANY_MERGE: 'sometimes' is not a valid merge"),
     ({"JEVANY_ATTN": "eager"}, "JEVANY_ATTN: attn must be sdpa, got 'eager'"),
@@ -36,6 +38,8 @@ def test_jevany_load_variables_reach_the_load_options_and_what_jevany_leaves_off
            # off, or sizing nothing without CUDA graphs: as in JevAny
            "JEVANY_CUDA_GRAPHS": "0", "JEVANY_COMPILE": "off", "JEVANY_FUSED_KERNELS": "0",
            "JEVANY_CUDA_GRAPH_MAX_TOKENS": "4096"}
+    engine = resolve({"device": "cpu"}, None, env=env).engine
+    assert (engine.cuda_graphs, engine.compile, engine.runner, engine.cuda_graph_max_tokens) == (False, None, None, 4096)
     load = resolve({"device": "cpu"}, None, env=env).load
     assert (load.lora_scale, load.merge, load.merge_bf16, load.attn, load.base_load_path) == \
         (0.5, False, True, "sdpa", str(tmp_path))
@@ -43,6 +47,23 @@ def test_jevany_load_variables_reach_the_load_options_and_what_jevany_leaves_off
     default = resolve({"device": "cpu"}, None, env={}).load
     assert (default.lora_scale, default.merge, default.merge_bf16, default.attn) == (1.0, True, False, None)
     assert resolve({"device": "cpu"}, None, env={}).dtype is None        # the checkpoint's
+
+
+@pytest.mark.parametrize("value,mode", [("1", "reduce-overhead"), ("true", "reduce-overhead"), ("default", "default"),
+                                        ("max-autotune-no-cudagraphs", "max-autotune-no-cudagraphs"), ("0", None),
+                                        ("off", None)])
+def test_jevany_compile_takes_jevanys_values(value, mode):
+    engine = resolve({"device": "cpu"}, None, env={"JEVANY_COMPILE": value}).engine
+    assert engine.compile == mode and engine.runner == ("compiled" if mode else None)
+    assert resolve({"device": "cpu", "compile": "0"}, None, env={"JEVANY_COMPILE": value}).engine.compile is None
+
+
+def test_jevany_cuda_graphs_capture_on_a_gpu_and_their_token_bound_sizes_them():
+    env = {"JEVANY_CUDA_GRAPHS": "1", "JEVANY_CUDA_GRAPH_MAX_TOKENS": "2048"}
+    engine = resolve({"device": "cuda"}, None, env=env, cuda_count=gpus(1)).engine
+    assert (engine.cuda_graphs, engine.cuda_graph_max_tokens, engine.runner) == (True, 2048, "graphs")
+    with pytest.raises(SettingsError, match="^JEVANY_CUDA_GRAPHS: cuda_graphs needs the whole model on one GPU"):
+        resolve({"device": "cuda:0,cuda:1", "device_map": "auto"}, None, env=env, cuda_count=gpus(2))
 
 
 def test_readout_names_native_and_letter(run_dir):
@@ -88,7 +109,7 @@ def test_jevany_serve_flags_on_the_command_line(tmp_path):
     assert (proc.returncode, proc.stderr.strip()) == (2, f"error: --model: model does not exist: {tmp_path}/missing")
     proc = serve("--checkpoint", str(tmp_path), "--port", "70000")
     assert "error: --http: http must be HOST:PORT such as 127.0.0.1:8008, got '127.0.0.1:70000'" in proc.stderr
-    proc = serve("--model", str(tmp_path), "--cuda-graph-max-tokens", "4096")
-    assert proc.returncode == 2 and "error: --cuda-graph-max-tokens: CUDA graph capture is not available" in proc.stderr
+    proc = serve("--model", str(tmp_path), "--device", "cpu", "--cuda-graphs")
+    assert proc.returncode == 2 and "error: --cuda-graphs: cuda_graphs captures CUDA graphs and needs CUDA" in proc.stderr
     proc = serve("--model", str(tmp_path), "--readout", "native")
     assert proc.returncode == 2 and "readout native reads a JevAny checkpoint's own head" in proc.stderr
