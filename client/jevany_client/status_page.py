@@ -33,6 +33,7 @@ def format_status(s: dict) -> str:
         ("requests", f"{_text((requests.get('by_op') or {}).get('decide', 0))} decide{_transports(requests)}   "
                      f"{_text(requests.get('ok'))} ok   {_text(requests.get('error'))} error   "
                      f"(every op: ping and status count too)"),
+        *_plan_row(s.get("plan")),
         *_http_row(s.get("http"), batching),
     ])
     blocks = [head, summary, _errors_block(requests), _workers_block(s), _histogram_block(batching)]
@@ -42,6 +43,28 @@ def format_status(s: dict) -> str:
 def _transports(requests: dict) -> str:
     by = requests.get("decide_by_transport") or {}
     return f" ({_text(by.get('zmq', 0))} zmq, {_text(by.get('http', 0))} http)" if by.get("http") else ""
+
+
+def _plan_row(plan) -> list:
+    """The shape plan: its runner and buckets, and how many passes ran in them or as they came."""
+    if not isinstance(plan, dict):
+        return [("plan", "-")]
+    if not plan.get("runner"):
+        return [("plan", "off: passes run in the shapes they come in (--shape-plan, --cuda-graphs)")]
+    eager = plan.get("eager") if isinstance(plan.get("eager"), dict) else {}
+    why = ", ".join(f"{_text(n)} {reason}" for reason, n in sorted(eager.items()))
+    return [("plan", f"{_text(plan.get('runner'))}, {_text(plan.get('buckets'))} shapes"
+                           f"{_captured(plan)}   {_text(plan.get('planned'))} passes planned, "
+                           f"{sum(_as_int(n) for n in eager.values())} as they came{f' ({why})' if why else ''}"
+                           f"{_recompiles(plan)}")]
+
+
+def _captured(plan: dict) -> str:
+    return f" ({_text(plan.get('captured'))} captured)" if plan.get("runner") == "graphs" else ""
+
+
+def _recompiles(plan: dict) -> str:
+    return f", {_text(plan.get('recompiles'))} recompiles" if plan.get("runner") == "compiled" else ""
 
 
 def _http_row(http, batching: dict) -> list:

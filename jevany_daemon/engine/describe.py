@@ -46,7 +46,7 @@ def describe(engine) -> dict:
         "backbone_adapter": m.info.get("backbone_adapter"),
         "branch_mode": "chat" if choice else engine.layout.name,
         "acceleration": {
-            "compile_mode": None, "cuda_graphs": None, "fused_kernels": None,
+            "compile_mode": engine.config.compile, "cuda_graphs": _graphs(engine), "fused_kernels": None,
             "lora_merged": bool(m.info.get("lora_merged")),
             "approximate_bf16_merge": bool(m.info.get("approximate_bf16_merge")),
             "linear_attention_kernels": m.info.get("linear_attention_kernels"),
@@ -69,9 +69,19 @@ def describe(engine) -> dict:
             "choices": None if m.readout == "pointer" else engine.max_options,
         },
         "prefix_cache": engine.prefix_cache_stats(),
+        "plan": engine.replay.describe() if engine.replay is not None else None,
         "batching": engine.stats.as_dict() | {"policy": engine.config.batch_policy,
                                               "measured_tokens_per_s": engine.policy.as_dict()},
     }
+
+
+def _graphs(engine) -> dict | None:
+    """JevAny's acceleration.cuda_graphs: the shapes captured and what they took; None when off."""
+    if not engine.config.cuda_graphs or engine.replay is None:
+        return None
+    plan = engine.replay.describe()
+    return {"shapes": plan["buckets"], "captured": plan["captured"], "max_tokens": engine.replay.graph_max_tokens,
+            "capture_s": plan["warm_up_s"].get("capture", 0.0)}
 
 
 def _choice(engine) -> dict | None:

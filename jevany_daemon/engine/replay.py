@@ -22,8 +22,9 @@ the runner:
 Anything else (a stem or prefix pass of its own, a cache hit beyond the
 head, a pass that keeps a state, media, a blended readout, a shape outside
 the plan, more readout positions than a bucket gathers) runs as it did
-before any plan, counted by reason. Warm-up runs every bucket twice, then
-compiles or captures it, before the worker reports ready, within
+before any plan, counted by reason. Warm-up runs every bucket (what it
+tunes and builds per shape happens then), then compiles it, captures it or
+runs it again, largest first, before the worker reports ready, within
 --warmup-limit seconds: a plan that would take longer stops the start with
 a settings error that names what to change.
 """
@@ -36,15 +37,11 @@ import torch
 
 from .cache_rows import Block, CacheKit
 from .fixed_forward import FixedForward, own_copy
-from .shape_plan import Bucket, ShapePlan
+from .shape_plan import Bucket, PlanTooLarge, ShapePlan
 
 RUNNERS = ("eager", "compiled", "graphs")
 # Warm-up estimates its total after this many buckets, and stops the start as soon as it would overrun.
 ESTIMATE_AFTER = 3
-
-
-class PlanTooLarge(ValueError):
-    """Warming every bucket would take longer than the warm-up limit; the message says what to change."""
 
 
 @dataclass
@@ -137,6 +134,7 @@ class Replay:
         self.calls: dict[Bucket, object] = {}   # Plain, Compiled or Captured, by bucket
         self.counts = Counts()
         self.warm_up_s: dict[str, float] = {}
+        self.capture_bytes: dict[Bucket, int] = {}   # CUDA: what each capture added to the allocator's reserve
 
     # --- a pass -------------------------------------------------------------------
 
@@ -172,7 +170,7 @@ class Replay:
     # --- warm-up --------------------------------------------------------------------
 
     def warm_up(self, head: Block | None, kit: CacheKit | None, stream, limit_s: float) -> dict[str, float]:
-        """Run every bucket twice, then compile or capture it; → seconds per phase. Raises PlanTooLarge."""
+        """Run every bucket, then compile, capture or run it again; → seconds per phase. Raises PlanTooLarge."""
         if self.plan.cached and head is None:
             raise ValueError("the plan continues the prompt's head, and none is pinned")
         self.head = own_copy(head) if head is not None else None
@@ -190,15 +188,16 @@ class Replay:
                 self.slots[bucket] = slot
                 began = time.monotonic()
                 stream.fill(slot.buffer, slot.warm_values())
-                for _ in range(2):                         # the first tunes what it meets; the second is served
-                    slot.forward()
+                slot.forward()                             # tunes, builds, allocates what it meets
                 stream.synchronize()
                 phases["first_runs"] += time.monotonic() - began
-                began = time.monotonic()
+                began, reserved = time.monotonic(), _reserved(self.device)
                 self.calls[bucket] = self._call(slot, bucket, pool)
                 stream.synchronize()
                 if self.runner != "eager":
                     phases["compile" if self.runner == "compiled" else "capture"] += time.monotonic() - began
+                if isinstance(self.calls[bucket], Captured):
+                    self.capture_bytes[bucket] = _reserved(self.device) - reserved
                 done_tokens += bucket.tokens
                 self._check_time(started, limit_s, i, len(buckets), done_tokens, total_tokens)
         for call in self.calls.values():
@@ -208,6 +207,8 @@ class Replay:
         return self.warm_up_s
 
     def _call(self, slot: FixedForward, bucket: Bucket, pool):
+        """The bucket's call, run before it serves: a compiled one twice (the first compiles); a captured
+        one once before its capture (Captured); a plain one once more, as it will be served."""
         if self.runner == "compiled":
             call = Compiled(slot.forward, self.compile_mode, COMPILE_BACKEND, self.counts)
             call.replay()
@@ -215,7 +216,9 @@ class Replay:
             return call
         if self.runner == "graphs" and self.device.type == "cuda" and bucket.tokens <= self.graph_max_tokens:
             return Captured(slot.forward, pool, self.device)
-        return Plain(slot.forward)
+        call = Plain(slot.forward)
+        call.replay()
+        return call
 
     def _check_time(self, started: float, limit_s: float, done: int, total: int, done_tokens: int,
                     total_tokens: int) -> None:
@@ -235,7 +238,12 @@ class Replay:
     def describe(self) -> dict:
         captured = sum(isinstance(c, Captured) for c in self.calls.values())
         return {"runner": self.runner, **self.plan.describe(), "warm_up_s": dict(self.warm_up_s),
-                "captured": captured, "compile_mode": self.compile_mode if self.runner == "compiled" else None}
+                "captured": captured, "capture_bytes": sum(self.capture_bytes.values()),
+                "compile_mode": self.compile_mode if self.runner == "compiled" else None}
+
+
+def _reserved(device: torch.device) -> int:
+    return torch.cuda.memory_reserved(device) if device.type == "cuda" else 0
 
 
 def _room_for(buckets: int) -> None:

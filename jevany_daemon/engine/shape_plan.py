@@ -32,6 +32,10 @@ WIDTH_GRANULE = 16       # widths are multiples of it (a tile of most attention 
 ROWS_PER_REQUEST = 4     # rows a batch's request may take on average before its pass falls outside
 
 
+class PlanTooLarge(ValueError):
+    """Warming every bucket would take longer than the warm-up limit; the message says what to change."""
+
+
 class Bucket(NamedTuple):
     rows: int
     width: int
@@ -60,10 +64,11 @@ def ladder(first: int, last: int, steps_per_octave: int, granule: int = 1) -> tu
 class ShapePlan:
     """The buckets a worker serves; fit() picks the one a pass is padded to."""
 
-    def __init__(self, max_rows: int, max_width: int, max_tokens: int, cached: int = 0):
+    def __init__(self, max_rows: int, max_width: int, max_tokens: int, cached: int = 0,
+                 row_steps: int = ROW_STEPS_PER_OCTAVE, width_steps: int = WIDTH_STEPS_PER_OCTAVE):
         self.cached = cached
-        self.rows = ladder(1, max(1, max_rows), ROW_STEPS_PER_OCTAVE)
-        self.widths = ladder(WIDTH_GRANULE, max(WIDTH_GRANULE, max_width), WIDTH_STEPS_PER_OCTAVE, WIDTH_GRANULE)
+        self.rows = ladder(1, max(1, max_rows), row_steps)
+        self.widths = ladder(WIDTH_GRANULE, max(WIDTH_GRANULE, max_width), width_steps, WIDTH_GRANULE)
         self.max_tokens = max_tokens
         self.buckets = tuple(Bucket(n, w) for n in self.rows for w in self.widths if n * w <= max_tokens)
         self._set = frozenset(self.buckets)

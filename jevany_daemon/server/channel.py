@@ -40,6 +40,9 @@ EXIT_LOAD_FAILED = 3
 # A worker whose device failed beyond recovery (a CUDA error other than out of
 # memory) exits with this; it is replaced like any worker that died.
 EXIT_DEVICE_LOST = 4
+# A worker whose settings cannot work with its model (a shape plan that would warm longer than
+# --warmup-limit) exits with this: the daemon stops as for any settings error, exit 2.
+EXIT_SETTINGS = 5
 
 HEARTBEAT_MAX_INTERVAL_S = 1.0
 HEARTBEAT_SUFFIX = b"/hb"     # the heartbeat socket's identity: the worker's plus this

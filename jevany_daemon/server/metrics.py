@@ -45,6 +45,10 @@ class Metrics:
         # Gauges, not counters: the serving workers' own counts, which start again with a new worker.
         self.prefix_cache = Gauge("jevany_prefix_cache", "The serving workers' prefix caches, summed: entries, "
                                   "bytes held, hits, misses, evictions and tokens not computed again.", ["what"], registry=r)
+        self.plan_passes = Gauge("jevany_plan_passes", "Forward passes of the workers so far, by how they ran: "
+                                 "planned (in a bucket of the shape plan), or eager and why (shape, layout, "
+                                 "readouts, media, blend); recompiles: compiled passes that ran eagerly instead "
+                                 "of compiling again.", ["path"], registry=r)
         self.model = Info("jevany_model", "The model being served.", registry=r)
         self.fds = Gauge("jevany_open_fds", "File descriptors the supervisor holds.", registry=r)
         self.max_fds = Gauge("jevany_max_fds", "The supervisor's descriptor limit (RLIMIT_NOFILE, raised to the "
@@ -94,6 +98,14 @@ class Metrics:
     def prefix_cache_stats(self, stats: dict) -> None:
         for what in ("size", "bytes", "hits", "misses", "evictions", "reused_tokens"):
             self.prefix_cache.labels(what).set(stats.get(what, 0))
+
+    def plan_stats(self, plan: dict) -> None:
+        if not plan.get("runner"):
+            return
+        self.plan_passes.labels("planned").set(plan.get("planned", 0))
+        self.plan_passes.labels("recompiles").set(plan.get("recompiles", 0))
+        for reason, n in (plan.get("eager") or {}).items():
+            self.plan_passes.labels(f"eager_{reason}").set(n)
 
     def descriptors(self, fds: dict) -> None:
         self.fds.set(fds["open"])

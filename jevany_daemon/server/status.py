@@ -77,6 +77,7 @@ def merge_batching(per_worker: list[dict], max_batch_size: int, max_packed_token
 
 def add_stats(total: dict, stats: dict) -> None:
     """Fold one engine's batching statistics into a running total (a worker that is gone keeps counting)."""
+    total["plan"] = add_plan_counts(total.get("plan"), stats.get("plan"))
     total["batches"] = total.get("batches", 0) + stats.get("batches", 0)
     total["requests"] = total.get("requests", 0) + stats.get("requests", 0)
     total["busy_s"] = total.get("busy_s", 0.0) + stats.get("busy_s", 0.0)
@@ -84,6 +85,32 @@ def add_stats(total: dict, stats: dict) -> None:
     histogram = Counter(total.get("batch_size_histogram", {}))
     histogram.update(stats.get("batch_size_histogram", {}))
     total["batch_size_histogram"] = dict(histogram)
+
+
+def add_plan_counts(total: dict | None, counts: dict | None) -> dict | None:
+    """Two workers' shape-plan counts (replay.Counts) as one; None where neither has a plan."""
+    if counts is None:
+        return total
+    if total is None:
+        total = {"planned": 0, "eager": {}, "recompiles": 0}
+    eager = Counter(total["eager"])
+    eager.update(counts.get("eager", {}))
+    return {"planned": total["planned"] + counts.get("planned", 0), "eager": dict(eager),
+            "recompiles": total["recompiles"] + counts.get("recompiles", 0)}
+
+
+def plan_status(sup) -> dict:
+    """The shape plan as the serving workers run it (the first one's buckets: each has the same), and every
+    worker's counts: passes run in a bucket, passes run as they came by why, recompiles while serving."""
+    engine = sup.settings.engine
+    model = next((w.model for w in sup.pool.serving() if w.model), None) or {}
+    plan = model.get("plan") or {}
+    counts = None
+    for stats in [w.stats or {} for w in sup.pool.workers] + [sup.pool.gone_stats]:
+        counts = add_plan_counts(counts, stats.get("plan"))
+    counts = counts or {"planned": 0, "eager": {}, "recompiles": 0}
+    return {"runner": engine.runner, **{k: plan.get(k) for k in ("buckets", "rows", "widths", "max_tokens",
+                                                                 "cached", "warm_up_s", "captured")}, **counts}
 
 
 def batching(sup) -> dict:
@@ -167,6 +194,7 @@ def daemon_status(sup, private: bool = True) -> dict:
         "batching": {**batching(sup), "mixed_transport_batches": sup.counters.mixed_batches,
                      "gather": sup.gather.as_dict()},
         "prefix_cache": prefix_cache(sup, private),
+        "plan": plan_status(sup),
         "queue": {"depth": len(sup.queue), "max_depth": sup.queue.max_depth},
         "clients": clients_status(sup),
         "workers": sup.pool.describe(),

@@ -47,7 +47,7 @@ from .sdnotify import Notifier
 from .settings import ServeSettings
 from .signals import SignalFlags
 from .sockets import StartupError     # raised by run(); the command line catches it from here
-from .status import Counters, daemon_status, describe_model, prefix_cache, status_line
+from .status import Counters, daemon_status, describe_model, plan_status, prefix_cache, status_line
 from .worker_events import WorkerEvents
 
 log = logging.getLogger("jevany.supervisor")
@@ -281,6 +281,7 @@ class Supervisor:
             self.metrics.gauges(len(self.queue), self.queue.max_depth, self.pool.inflight(),
                                 [w.state for w in self.pool.workers], self.state == "ready")
             self.metrics.prefix_cache_stats(prefix_cache(self))
+            self.metrics.plan_stats(plan_status(self))
             self.metrics.descriptors(self.fd_guard.describe())
         self.overloads.flush()
         self.outbox.dropped.flush()
@@ -309,12 +310,12 @@ class Supervisor:
         self.state = "draining"
         self._exiting = self._exiting or exiting
 
-    def fail(self, message: str) -> None:
-        """Stop the daemon: nothing can serve (a model that will not load)."""
+    def fail(self, message: str, exit_code: int = 1) -> None:
+        """Stop the daemon: nothing can serve (a model that will not load; exit 2: settings that cannot work)."""
         self._failure = self._failure or message
         event(log, "startup_failed" if self.state == "starting" else "failed", level=logging.ERROR,
               error=self._failure)
-        self.exit_code = 1
+        self.exit_code = exit_code
         self.begin_drain(exiting=True, cause="worker failed to start")
         self._stop_now = True
 

@@ -19,7 +19,10 @@ from pathlib import Path
 
 import zmq
 
+from jevany_client.ipc_trust import ipc_problem
+
 from jevany_daemon.config import EngineConfig, LoadOptions
+from jevany_daemon.engine.shape_plan import PlanTooLarge
 
 from . import channel
 from .handoff import read_settings
@@ -31,12 +34,37 @@ log = logging.getLogger("jevany.worker")
 DEMO_ARCH, DEMO_READOUT = "qwen3", "choice"
 
 
+def cache_dir() -> Path:
+    """Where a worker keeps what it builds once: JEVANY_CACHE_DIR, else the user's cache directory."""
+    return Path(os.environ.get("JEVANY_CACHE_DIR") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "jevany"))
+
+
+class UnsafeDirectory(ValueError):
+    """A directory the worker would load code from, which another user could write to."""
+
+
+def configure_compile_cache() -> Path:
+    """Where torch.compile keeps the kernels it builds, so a restart compiles nothing again:
+    TORCHINDUCTOR_CACHE_DIR if set, else cache_dir()/inductor (inductor's own default is under the
+    shared /tmp). What is kept there is code the worker loads and runs, so the directory, and every one
+    above it, must be writable by nobody else, and it must be the worker's own (ipc_trust's checks).
+    """
+    path = Path(os.environ.get("TORCHINDUCTOR_CACHE_DIR") or cache_dir() / "inductor").expanduser().absolute()
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    problem = ipc_problem(path / "kernel")
+    if problem is None and (owner := path.stat().st_uid) != os.getuid():
+        problem = f"{path} belongs to uid {owner}, not to this worker's uid {os.getuid()}"
+    if problem is not None:
+        raise UnsafeDirectory(f"cannot keep compiled kernels in {path}: {problem}; set TORCHINDUCTOR_CACHE_DIR "
+                              "(or JEVANY_CACHE_DIR) to a directory of this user's own")
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = str(path)
+    return path
+
+
 def demo_model_dir() -> Path:
     """The built-in demo model, built once into the user's cache directory."""
-    cache = os.environ.get("JEVANY_CACHE_DIR") or os.path.join(
-        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "jevany"
-    )
-    target = Path(cache) / f"tiny-{DEMO_ARCH}-{DEMO_READOUT}"
+    target = cache_dir() / f"tiny-{DEMO_ARCH}-{DEMO_READOUT}"
     if not (target / "config.json").is_file():
         from jevany_daemon.model.tiny import build_tiny_model
 
@@ -90,7 +118,20 @@ def load_engine(settings: dict, observer=None):
     paths = warm_up(engine)
     event(log, "warm_up", device=str(model.device), paths=",".join(paths),
           seconds=round(time.monotonic() - started, 3))
+    if engine.config.runner is not None:
+        if engine.config.runner == "compiled":
+            event(log, "compile_cache", path=str(configure_compile_cache()))
+        event(log, "shape_plan_warm_up", runner=engine.config.runner, note="every shape runs before ready")
+        phases = engine.warm_plan()
+        plan = engine.replay.describe()
+        event(log, "shape_plan", runner=plan["runner"], buckets=plan["buckets"], rows=_listed(plan["rows"]),
+              widths=_listed(plan["widths"]), max_tokens=plan["max_tokens"], cached=plan["cached"],
+              captured=plan["captured"], **{f"{phase}_s": s for phase, s in phases.items()})
     return engine
+
+
+def _listed(values: list[int]) -> str:
+    return ",".join(map(str, values))
 
 
 def settle_heap() -> None:
@@ -163,6 +204,12 @@ def main(argv=None) -> int:
     started = time.monotonic()
     try:
         engine = load_engine(settings, observer=batches.append)
+    except (PlanTooLarge, UnsafeDirectory) as exc:    # a settings error: the supervisor stops with exit 2
+        event(log, "worker_load_failed", level=logging.ERROR, error=str(exc))
+        sock.send(channel.encode(channel.FAILED, str(exc)))
+        sock.close()
+        ctx.term()
+        return channel.EXIT_SETTINGS
     except Exception as exc:   # noqa: BLE001 - reported to the supervisor, which stops
         message = f"{type(exc).__name__}: {exc}"
         event(log, "worker_load_failed", level=logging.ERROR, error=message)

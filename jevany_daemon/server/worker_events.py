@@ -122,9 +122,11 @@ class WorkerEvents:
         if sup.state == "draining" and sup._exiting:
             return
         never_served = sup.state == "starting" and not worker.ready_once
-        if not worker.ready_once and (worker.proc.returncode == channel.EXIT_LOAD_FAILED or never_served
+        code = worker.proc.returncode
+        if not worker.ready_once and (code in (channel.EXIT_LOAD_FAILED, channel.EXIT_SETTINGS) or never_served
                                       or worker.failed_starts + 1 >= MAX_FAILED_STARTS):
-            sup.fail(worker.failure or f"worker {worker.slot} exited before loading the model ({cause})")
+            sup.fail(worker.failure or f"worker {worker.slot} exited before loading the model ({cause})",
+                     exit_code=2 if code == channel.EXIT_SETTINGS else 1)
             return
         replacement = sup.pool.replace(worker, sup.settings)
         sup.metrics.restarts.labels("hung" if worker.kill_cause else "died").inc()

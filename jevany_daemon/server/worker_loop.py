@@ -214,7 +214,8 @@ class WorkerLoop:
         records = [[r.size, r.padded_tokens, r.real_tokens, r.latency_ms, r.ok, list(r.origins)] for r in self.batches]
         self.batches.clear()
         stats = self.engine.stats.as_dict() | {"device_info": device_info(self.engine),
-                                               "prefix_cache": self.engine.prefix_cache_stats()}
+                                               "prefix_cache": self.engine.prefix_cache_stats(),
+                                               "plan": self.engine.plan_stats()}
         self.sock.send(channel.encode(kind, answers, stats, records, self.seq))
 
 

@@ -58,7 +58,20 @@ def test_status_json_is_the_raw_result(runner, daemon):
 def test_format_status_tolerates_missing_fields():
     text = format_status({"state": "starting"})
     assert "state starting" in text
-    assert "model      -" in text and "workers: none" in text
+    assert "model      -" in text and "plan       -" in text and "workers: none" in text
+
+
+def test_format_status_says_how_passes_run():
+    off = format_status({"state": "ready", "plan": {"runner": None, "planned": 0, "eager": {}}})
+    assert "plan       off: passes run in the shapes they come in (--shape-plan, --cuda-graphs)" in off
+    graphs = format_status({"state": "ready", "plan": {"runner": "graphs", "buckets": 234, "captured": 200,
+                                                        "planned": 90, "eager": {"shape": 2, "layout": 1},
+                                                        "recompiles": 0}})
+    assert "plan       graphs, 234 shapes (200 captured)   90 passes planned, 3 as they came (1 layout, 2 shape)" \
+        in graphs
+    compiled = format_status({"state": "ready", "plan": {"runner": "compiled", "buckets": 9, "planned": 4,
+                                                          "eager": {}, "recompiles": 1}})
+    assert "compiled, 9 shapes   4 passes planned, 0 as they came, 1 recompiles" in compiled
 
 
 def test_format_status_tells_decide_requests_apart_and_says_when_weights_are_random():

@@ -13,8 +13,8 @@ from jevany_daemon.engine import replay as replay_module
 from jevany_daemon.engine.engine import Engine
 from jevany_daemon.engine.fixed_forward import FixedForward
 from jevany_daemon.engine.probe import SCALAR_READS
-from jevany_daemon.engine.replay import PlanTooLarge, Plain
-from jevany_daemon.engine.shape_plan import Bucket
+from jevany_daemon.engine.replay import Plain
+from jevany_daemon.engine.shape_plan import Bucket, PlanTooLarge
 from jevany_daemon.engine.warmup import warm_up
 from jevany_daemon.parity import compare
 
