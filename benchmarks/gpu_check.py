@@ -37,11 +37,20 @@ Phases, in order (--phases runs some of them, --dtypes them in one dtype):
   idle        concurrency 1, blocks interleaved: in-process vs each daemon, p50
   memory      peak CUDA memory in this process (max_memory_allocated); the daemon workers'
               device memory in use, in total and their own peak, from status (device_info)
+  graphs      per dtype, the shape plan's passes replayed as CUDA graphs (--cuda-graphs) against
+              passes as they come: warm-up seconds and memory, parity, passes of --batch and of
+              one (wall, device busy, kernels, autotuning while serving), in-process throughput
+              for hand-overs of 32, 64 and 128, the delta rule on PyTorch under graphs (bf16),
+              and in bf16 a batched and a serial graphs daemon, --clients closed-loop, every
+              round kept (gpu_graphs.py; on the CPU the plan runs eagerly, nothing judged)
 
 Targets, judged at the end: fp32 parity max |dp| <= 1e-5, 0 decisions changed, every
 probability finite (fp32 and bf16), no request failed; the daemons counted no pass with a
 non-finite probability (where status reports it); on a GPU also batched/serial >= 3x in
-fp32 and >= 6x in bf16 (speed targets are GPU targets: "not judged on cpu").
+fp32 and >= 6x in bf16 (speed targets are GPU targets: "not judged on cpu"); graphs: fp32
+parity with passes as they come <= 1e-5, no non-finite probability, and on a GPU no
+autotuning in served passes, a bf16 pass of one <= 8 ms, the bf16 batched graphs daemon
+>= 1000 req/s in every round.
 
 Defaults: on a GPU 32 clients, 192 requests, 3 rounds, 32 parity requests, 32 idle requests,
 6 busy passes (on an H200, 2026-12-04, the parity phase's 30 cases took 328 s at 64 requests
@@ -81,6 +90,7 @@ try:
     from bench import MEASURED_SEED, WARM_SEED, InProcess, idle_latency, real_tokens, summary
     from gpu_busy import busy_phase, tune_rows
     from gpu_daemons import CPU_THREADS, CheckDaemon, CheckError, Fleet, close_pool, daemon_name
+    from gpu_graphs import daemon_args, daemon_rounds, graphs_phase
     from gpu_parity import DTYPES, LAYOUTS, READOUTS, parity_phase
     from gpu_report import judge, print_speed, print_targets
     from harness import ClientPool, machine, median, percentile, write_result
@@ -98,12 +108,12 @@ HERE = Path(__file__).resolve().parent
 EXIT_MET, EXIT_NOT_MET, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
 
 SPEED_MODEL = ("qwen3_5", "choice")     # what users run: the hybrid model, the default readout
-PHASES = ("parity", "busy", "speed")
+PHASES = ("parity", "busy", "speed", "graphs")
 BUDGET_S = 480                          # the 8 minutes a GPU run must fit
 
 SIZES = {   # (GPU, --cpu): see the module docstring
     "clients": (32, 8), "requests": (192, 32), "rounds": (3, 2), "parity_n": (32, 16), "idle_requests": (32, 16),
-    "busy_passes": (6, 2),
+    "busy_passes": (6, 2), "graphs_max_tokens": (8192, 512),
 }
 
 
@@ -194,9 +204,10 @@ def speed_rounds(daemons: dict, pool: ClientPool, bodies: list, clients: int, ro
 
 
 def dtype_phase(dtype: str, daemons: dict, pool: ClientPool | None, model_dir: Path, device: str, args,
-                out: dict) -> None:
+                out: dict, save) -> None:
     """One dtype, one load of the model: the busy phase in-process first (the daemons are idle
-    then), then the speed phase through the daemons. Fills `out` as it goes."""
+    then), then the speed phase through the daemons, then the graphs phase. Fills `out` as it
+    goes, and save() writes the whole result after each part."""
     release(device)
     reset_peak(device)
     model = load_model(str(model_dir), device=device, dtype=dtype)
@@ -211,7 +222,20 @@ def dtype_phase(dtype: str, daemons: dict, pool: ClientPool | None, model_dir: P
                    dtype, args.busy_passes)
     if "speed" in args.phases:
         out.update(speed_phase(dtype, daemons, pool, model, ref, device, args))
-    del model, ref
+        save()
+    del ref              # its engines' memory, before the graphs phase builds its own
+    release(device)
+    if "graphs" in args.phases:
+        graphs = out.setdefault("graphs", {})
+        graphs_phase(model, device, args, graphs, save, dtype)
+        served = {name: daemons[name] for name in (daemon_name(dtype, args.batch, "graphs"),
+                                                   daemon_name(dtype, 1, "graphs")) if name in daemons}
+        if len(served) == 2:
+            graphs["daemons"] = daemon_rounds(served, pool, measured_requests(args), args.clients, args.rounds)
+            print(f"  {dtype} graphs daemons: {graphs['daemons']['rps_rounds']}, batched / serial "
+                  f"{graphs['daemons']['batched_over_serial']:.2f}x")
+            save()
+    del model
     release(device)
 
 
@@ -306,6 +330,11 @@ def run(args, device: str, result: dict) -> None:
             for dtype in args.dtypes:
                 for batch in (1, args.batch):
                     fleet.launch(daemon_name(dtype, batch), dirs[SPEED_MODEL], device, dtype, batch)
+        if "graphs" in args.phases:         # bf16's (what throughput is served in), or the one dtype asked
+            dtype = "bf16" if "bf16" in args.dtypes else args.dtypes[0]
+            for batch in (1, args.batch):
+                fleet.launch(daemon_name(dtype, batch, "graphs"), dirs[SPEED_MODEL], device, dtype, batch,
+                             daemon_args(device, args.graphs_max_tokens))
         # the kernel that serves at the checked models' heads and head size: what parity and busy ran
         result["sdpa"] = sdpa_probe.probe(device, shape=probe_shape(args.shape))
         sdpa_probe.print_probe(result["sdpa"])
@@ -314,7 +343,7 @@ def run(args, device: str, result: dict) -> None:
                 result["parity"] = []
                 parity_phase(dirs, device, args, result["parity"], (release, reset_peak, peak_bytes))
         daemons = {}
-        if "speed" in args.phases:
+        if {"speed", "graphs"} & set(args.phases):
             with phase(result, "start daemons and clients"):
                 daemons = fleet.wait()
                 pool = ClientPool(args.clients)
@@ -324,7 +353,7 @@ def run(args, device: str, result: dict) -> None:
             for dtype in args.dtypes:
                 with phase(result, f"{' and '.join(per_dtype)}, {dtype}"):
                     dtype_phase(dtype, daemons, pool, dirs[SPEED_MODEL], device, args,
-                                result["dtypes"].setdefault(dtype, {}))
+                                result["dtypes"].setdefault(dtype, {}), lambda: write_result(result, args.out))
     finally:
         signal.alarm(0)     # the clean-up itself must not be cut short
         fleet.stop()
@@ -352,6 +381,8 @@ def parse_args(argv=None):
                         "pass is timed; the busy phase lists the row counts its passes had "
                         "(delta_rule_rows) [default: 0, none]")
     p.add_argument("--batch", type=int, default=32, help="max_batch_size of the batched daemon and parity runs")
+    p.add_argument("--graphs-max-tokens", type=int, help="the graphs phase's --max-packed-tokens: its plan's "
+                   "largest pass, what its warm-up and memory grow with [default: 8192, --cpu 512]")
     p.add_argument("--workload", default="short", choices=list(workloads.WORKLOADS),
                    help="requests of the throughput and idle runs [default: short, 20-40 token states, "
                         "bench.py's headline workload]")
@@ -419,7 +450,7 @@ def main(argv=None) -> int:
         return EXIT_USAGE
     started = time.monotonic()
     result = new_result(args, device)
-    out = args.out or HERE / "results" / f"gpu-check-{device_kind(result['machine'])}-{args.shape}.json"
+    out = args.out = args.out or HERE / "results" / f"gpu-check-{device_kind(result['machine'])}-{args.shape}.json"
     guarded_run(args, device, result)
     result["elapsed_s"] = round(time.monotonic() - started, 1)
     result["targets"] = judge(result)

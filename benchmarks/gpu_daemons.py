@@ -28,13 +28,14 @@ class CheckError(Exception):
 class CheckDaemon(Daemon):
     """bench's Daemon, made safe to give up on: a failed start or stop never leaves it running."""
 
-    def __init__(self, name: str, model_dir: Path, device: str, dtype: str, batch: int, starting: list):
+    def __init__(self, name: str, model_dir: Path, device: str, dtype: str, batch: int, starting: list,
+                 extra: tuple[str, ...] = ()):
         self.name = name
         starting.append(self)      # visible before it is ready, so an abort can kill it mid-start
         serve_args = ["--cpu-threads", str(CPU_THREADS)] if device == "cpu" else []
         try:
             super().__init__(model_dir, SimpleNamespace(device=device, dtype=dtype, serve_args=serve_args), batch,
-                             "adaptive")
+                             "adaptive", tuple(extra))
         except Exception as exc:
             self.kill()
             raise CheckError(f"daemon {name} did not start: {exc} (its log, if any, is above)") from exc
@@ -74,8 +75,10 @@ class Fleet:
         self._threads = ThreadPoolExecutor(max_workers=8, thread_name_prefix="daemon-start")
         self._futures = {}
 
-    def launch(self, name: str, model_dir: Path, device: str, dtype: str, batch: int) -> None:
-        self._futures[name] = self._threads.submit(CheckDaemon, name, model_dir, device, dtype, batch, self.starting)
+    def launch(self, name: str, model_dir: Path, device: str, dtype: str, batch: int,
+               extra: tuple[str, ...] = ()) -> None:
+        self._futures[name] = self._threads.submit(CheckDaemon, name, model_dir, device, dtype, batch, self.starting,
+                                                   extra)
 
     def wait(self) -> dict[str, CheckDaemon]:
         errors = []
@@ -121,6 +124,6 @@ def close_pool(pool: ClientPool) -> None:
             proc.wait()
 
 
-def daemon_name(dtype: str, batch: int) -> str:
-    return f"{dtype}-batch{batch}"
+def daemon_name(dtype: str, batch: int, kind: str = "") -> str:
+    return f"{kind}{'-' if kind else ''}{dtype}-batch{batch}"
 

@@ -3,12 +3,17 @@
 Targets: fp32 parity max |dp| <= 1e-5 and no decision changed, every probability
 finite, no parity request failed; the daemons counted no non-finite pass (where
 status reports it); on a GPU, batched / serial throughput >= 3x in fp32 and
->= 6x in bf16 (on the CPU recorded, not judged).
+>= 6x in bf16 (on the CPU recorded, not judged). The graphs phase: fp32 parity
+graphs vs passes as they come <= 1e-5, no non-finite probability; on a GPU no
+autotuning in served graph passes, a bf16 pass of one <= 8 ms, and the bf16
+batched graphs daemon >= 1000 req/s in every round, the first included.
 """
 import math
 
 PARITY_FP32_BOUND = 1e-5
 SPEED_BOUNDS = {"fp32": 3.0, "bf16": 6.0}
+GRAPH_PASS_OF_ONE_MS = 8.0        # bf16, 0.8B shape, H200
+GRAPH_DAEMON_RPS = 1000.0         # bf16, 32 clients, every round
 
 
 def judge(result: dict) -> list[dict]:
@@ -43,7 +48,34 @@ def judge(result: dict) -> list[dict]:
             ratio = speed["batched_over_serial"]
             add(f"{dtype}: batched / serial throughput, {speed['clients']} clients", ratio,
                 f">= {bound:g}", ratio >= bound, judged=on_gpu)
+    judge_graphs(result, add, on_gpu)
     return out
+
+
+def judge_graphs(result: dict, add, on_gpu: bool) -> None:
+    graphs = {dtype: p["graphs"] for dtype, p in result.get("dtypes", {}).items() if p.get("graphs")}
+    for dtype, g in graphs.items():
+        if "parity" in g:
+            diff = g["parity"]["max_abs_diff"]
+            if dtype == "fp32":
+                add("graphs fp32: max |dp| against passes as they come", diff, f"<= {PARITY_FP32_BOUND:g}",
+                    diff <= PARITY_FP32_BOUND)
+            bad = sum(g["parity"]["non_finite"].values())
+            add(f"graphs {dtype}: every probability finite", bad, "== 0 non-finite", bad == 0)
+        served = g.get("passes", {}).get("graphs", {})
+        tuned = [c.get("autotune_benchmarks_per_pass") for c in served.values()]
+        if tuned and None not in tuned:
+            add(f"graphs {dtype}: autotuning benchmarks in served passes", sum(tuned), "== 0", sum(tuned) == 0,
+                judged=on_gpu)
+        if dtype == "bf16" and "single" in served:
+            ms = served["single"]["wall_ms"]
+            add("graphs bf16: a pass of one, wall ms", ms, f"<= {GRAPH_PASS_OF_ONE_MS:g}",
+                ms <= GRAPH_PASS_OF_ONE_MS, judged=on_gpu)
+        daemons = g.get("daemons")
+        if dtype == "bf16" and daemons:
+            batched = next(iter(daemons["rps_rounds"].values()))
+            add("graphs bf16: batched daemon req/s, every round", min(batched), f">= {GRAPH_DAEMON_RPS:g}",
+                min(batched) >= GRAPH_DAEMON_RPS, judged=on_gpu)
 
 
 def print_speed(dtype: str, speed: dict, idle: dict, memory: dict) -> None:

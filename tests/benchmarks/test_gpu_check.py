@@ -101,6 +101,37 @@ def test_busy_for_both_dtypes_and_every_variant(check):
                 assert [o["ms"] for o in ops] == sorted((o["ms"] for o in ops), reverse=True)
 
 
+def test_graphs_for_both_dtypes_and_its_daemons_in_bf16(check):
+    for dtype in ("fp32", "bf16"):
+        graphs = check["dtypes"][dtype]["graphs"]
+        warm = graphs["warm"]
+        # On a CPU the plan runs eagerly where CUDA would capture: nothing captured, nothing made up
+        assert warm["buckets"] > 10 and warm["captured"] == 0 and warm["pool_mib"] == 0.0
+        assert warm["phases_s"]["first_runs"] > 0 and warm["autotune_benchmarks"] is None
+        parity = graphs["parity"]
+        assert parity["errors"] == 0 and parity["non_finite"] == {"graphs": 0, "as_they_come": 0}
+        assert parity["plan"]["planned"] > 0 and parity["plan"]["eager"] == {}
+        if dtype == "fp32":
+            assert parity["max_abs_diff"] <= 1e-5 and parity["decisions_changed"] == 0
+        for engine in ("graphs", "as_they_come"):
+            cases = graphs["passes"][engine]
+            assert cases["batched"]["requests_per_pass"] == 32 and cases["single"]["requests_per_pass"] == 1
+            assert all(r["wall_ms"] > 0 for r in cases.values())
+        for n in ("32", "64", "128"):
+            row = graphs["throughput"][n]
+            assert row["graphs"] > 0 and row["as_they_come"] > 0
+        assert graphs["plan_counts"]["recompiles"] == 0
+    daemons = check["dtypes"]["bf16"]["graphs"]["daemons"]
+    assert set(daemons["rps_rounds"]) == {"graphs-bf16-batch32", "graphs-bf16-batch1"}
+    assert all(rps > 0 for rounds in daemons["rps_rounds"].values() for rps in rounds)
+    for plan in daemons["plan"].values():     # on a CPU the daemons run the plan eagerly
+        assert plan["runner"] == "eager" and plan["planned"] > 0
+    assert "daemons" not in check["dtypes"]["fp32"]["graphs"]
+    judged = {t["target"]: t for t in check["targets"]}
+    assert judged["graphs fp32: max |dp| against passes as they come"]["met"]
+    assert judged["graphs bf16: a pass of one, wall ms"]["judged"] is False
+
+
 def test_autotuning_is_counted_by_kernel_and_the_autotuner_restored(monkeypatch):
     """Triton is not on a CPU build, so a module of its shape stands in: what is under test is the
     busy phase's counting (every config timed, by kernel name) and that the autotuner is left as found."""
@@ -205,9 +236,10 @@ def test_top_ops_are_per_pass_and_by_time():
 
 def test_speed_targets_not_judged_on_cpu(check):
     by_name = {t["target"]: t for t in check["targets"]}
-    speed = [t for name, t in by_name.items() if "throughput" in name]
-    assert len(speed) == 2 and all(not t["judged"] and t["met"] is None for t in speed)
-    assert all(t["judged"] and t["met"] for name, t in by_name.items() if "throughput" not in name)
+    speed = {name for name in by_name if "throughput" in name or name.startswith(("graphs bf16: a pass",
+                                                                                  "graphs bf16: batched"))}
+    assert len(speed) == 4 and all(not by_name[n]["judged"] and by_name[n]["met"] is None for n in speed)
+    assert all(t["judged"] and t["met"] for name, t in by_name.items() if name not in speed)
 
 
 def test_cuda_requested_but_unavailable_exits_2(tmp_path):
