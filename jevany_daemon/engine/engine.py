@@ -242,10 +242,11 @@ class Engine:
 
     # --- the shape plan ----------------------------------------------------------
 
-    def warm_plan(self) -> dict[str, float] | None:
+    def warm_plan(self, only=None) -> dict[str, float] | None:
         """Build the shape plan the settings ask for and run every bucket of it (replay.py); from then on a
         pass that fits a bucket runs in it, and batches are priced at their bucket's tokens. → seconds per
         warm-up phase, or None without a plan. Raises replay.PlanTooLarge past config.warmup_limit.
+        only: those of its buckets alone (a benchmark measuring a few shapes).
 
         After the engine's first pass (warmup.warm_up): the plan continues the prompt's head, once pinned.
         """
@@ -256,6 +257,8 @@ class Engine:
         cached = head.width if head is not None else 0
         plan = ShapePlan.for_engine(self.config.max_batch_size, self.config.max_packed_tokens,
                                     self.model.context_window, cached)
+        if only is not None:
+            plan = plan.only(only)
         replay = Replay(plan, runner, self.readout, self._backbone, self.model.dtype, self.model.device,
                         self.pad_id, compile_mode=self.config.compile,
                         graph_max_tokens=self.config.cuda_graph_max_tokens)
@@ -266,6 +269,9 @@ class Engine:
             # A stem pass of its own runs outside every bucket, as it comes: a whole forward, as on an
             # accelerator. Rows recompute a shared stem before it costs one (prefix_reuse.SHARE_TOKENS).
             self._reuse.share_tokens = SHARE_TOKENS[True]
+        for layout in (self.layout, self._reuse):     # packed rows filled to the width whose bucket is least
+            if layout is not None and hasattr(layout, "row_width"):
+                layout.row_width = plan.packing_width
         priced = replace(self.batch_limits, price=plan.tokens)
         self.batch_limits, self.alone_limits = priced, replace(priced, max_size=1)
         return phases

@@ -124,6 +124,7 @@ class RowsLayout(Layout):
 
 class PackedLayout(Layout):
     name = "packed"
+    row_width = None       # with a shape plan, its choice of the width rows are packed to (Packing.grid)
 
     @staticmethod
     def shape(enc: Encoded) -> Shape:
@@ -145,7 +146,7 @@ class PackedLayout(Layout):
                 pos += range(p, p + len(b.tokens))     # every branch restarts after the prefix
             reads.append(mine)
             packing.add(ids, seg, pos)
-        grid, placed, _ = packing.grid(pad_id)      # short requests share rows
+        grid, placed, _ = packing.grid(pad_id, self.row_width)      # short requests share rows
         for (r, at), mine in zip(placed, reads):
             for c in mine:
                 grid.read(r, at + c)

@@ -103,7 +103,8 @@ class Packing:
     with others that fit beside it within the widest group's width, so a
     batch of short and long prompts pays for less padding (on a device: fewer
     tokens computed; on any host: smaller masks and uploads) and the grid is
-    never wider than one group. Only groups of one key share a row (those
+    never wider than one group; with a shape plan, within the width whose
+    bucket holds the fewest tokens. Only groups of one key share a row (those
     continuing the same cached rows: a row has one cache ahead of it). A
     leader opens a row and sits at its column 0, where a pass's cache can cut
     out its keys in one span.
@@ -116,11 +117,31 @@ class Packing:
         self.groups.append(_Group(ids, seg, pos, key, leader))
         return len(self.groups) - 1
 
-    def grid(self, pad_id: int) -> tuple["Grid", list[tuple[int, int]], list]:
+    def grid(self, pad_id: int, row_width=None) -> tuple["Grid", list[tuple[int, int]], list]:
         """(the grid, (row, column) where each group starts, each row's key). The caller adds the reads,
-        in its readout's order, each at its group's start plus its column within the group."""
+        in its readout's order, each at its group's start plus its column within the group.
+
+        row_width(widest, rows_at) -> the width rows are filled to (the widest group's by default):
+        a shape plan's choice (ShapePlan.packing_width), asking rows_at(width) how many rows a width
+        would take."""
+        widest = max(len(g.ids) for g in self.groups)
+        width = widest if row_width is None else row_width(widest, lambda w: len(self._placed(w)[0]))
+        rows, keys = self._placed(width)
+        grid, placed = Grid(pad_id), [(0, 0)] * len(self.groups)
+        for r, members in enumerate(rows):
+            ids, seg, pos = [], [], []
+            for j, i in enumerate(members):
+                g = self.groups[i]
+                placed[i] = (r, len(ids))
+                ids += g.ids
+                seg += g.seg if j == 0 else [s + j * GROUP_SEGMENTS for s in g.seg]
+                pos += g.pos
+            grid.add(ids, seg, pos)
+        return grid, placed, keys
+
+    def _placed(self, width: int) -> tuple[list[list[int]], list]:
+        """First fit by decreasing length into rows of `width`: each row's groups, and each row's key."""
         groups = self.groups
-        width = max(len(g.ids) for g in groups)
         order = sorted(range(len(groups)), key=lambda i: (not groups[i].leader, -len(groups[i].ids)))
         rows: list[list[int]] = []
         free: list[int] = []
@@ -136,17 +157,7 @@ class Packing:
                 keys.append(g.key)
             rows[r].append(i)
             free[r] -= size
-        grid, placed = Grid(pad_id), [(0, 0)] * len(groups)
-        for r, members in enumerate(rows):
-            ids, seg, pos = [], [], []
-            for j, i in enumerate(members):
-                g = groups[i]
-                placed[i] = (r, len(ids))
-                ids += g.ids
-                seg += g.seg if j == 0 else [s + j * GROUP_SEGMENTS for s in g.seg]
-                pos += g.pos
-            grid.add(ids, seg, pos)
-        return grid, placed, keys
+        return rows, keys
 
 
 @dataclass

@@ -73,6 +73,7 @@ class _Reuse:
         self.memory, self.head, self.stream, self.dtype = memory, head, stream, dtype
         self.kit: CacheKit | None = None       # learnt from the first cache a pass returns
         self.share_tokens = SHARE_TOKENS[stream.asynchronous]
+        self.row_width = None    # with a shape plan, its choice of the width packed rows fill (Packing.grid)
 
     def _tails(self, enc: Encoded) -> list[tuple[int, ...]]:
         # what each question adds after the stem: the rest of the shared prefix, then its branch
@@ -164,7 +165,7 @@ class PackedReuse(_Reuse):
             keep += [g] if kept else []
             # Stems continuing the same cached rows may share a row; one to keep leads its own (column 0).
             packing.add(ids, seg, pos, key=(id(stem.entry), stem.cached) if stem.cached else None, leader=kept)
-        grid, placed, _ = packing.grid(pad_id)
+        grid, placed, _ = packing.grid(pad_id, self.row_width)
         for i in range(len(encs)):
             for g, c in reads[i]:
                 r, at = placed[g]

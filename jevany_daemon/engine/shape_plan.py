@@ -78,6 +78,14 @@ class ShapePlan:
         """The plan for an engine's settings: rows for ROWS_PER_REQUEST a request, widths to the window."""
         return cls(max_batch_size * ROWS_PER_REQUEST, min(window, max_tokens), max_tokens, cached)
 
+    def only(self, buckets) -> "ShapePlan":
+        """This plan with only these of its buckets (a benchmark's few shapes), fit as before."""
+        plan = ShapePlan.__new__(ShapePlan)
+        plan.__dict__.update(self.__dict__)
+        plan.buckets = tuple(b for b in self.buckets if b in set(buckets))
+        plan._set = frozenset(plan.buckets)
+        return plan
+
     def __len__(self) -> int:
         return len(self.buckets)
 
@@ -98,6 +106,19 @@ class ShapePlan:
         hold, so a batch never grows out of the plan (its oldest request alone still runs, as it comes)."""
         bucket = self.fit(rows, width)
         return math.inf if bucket is None else bucket.tokens
+
+    def packing_width(self, widest: int, rows_at) -> int:
+        """The width to pack a pass's groups into rows of (pass_inputs.Packing): of the widest group's own
+        and the plan's widths up to twice it (where two such groups share a row), the one whose bucket
+        holds the fewest tokens, given rows_at(width), the rows packing would fill at that width; the
+        narrowest of equals."""
+        best, fewest = widest, self.tokens(rows_at(widest), widest)
+        start, stop = bisect.bisect_left(self.widths, widest), bisect.bisect_left(self.widths, 2 * widest)
+        for width in self.widths[start:stop + 1]:
+            tokens = self.tokens(rows_at(width), width)
+            if tokens < fewest:
+                best, fewest = width, tokens
+        return best
 
     def describe(self) -> dict:
         return {"buckets": len(self.buckets), "rows": list(self.rows), "widths": list(self.widths),

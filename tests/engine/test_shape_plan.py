@@ -81,3 +81,46 @@ def test_no_bucket_holds_more_than_a_pass_may(max_tokens):
     plan = ShapePlan.for_engine(max_batch_size=32, max_tokens=max_tokens, window=32768, cached=0)
     assert plan.buckets and all(b.tokens <= max_tokens for b in plan.buckets)
     assert Bucket(1, WIDTH_GRANULE) in plan
+
+
+def test_packed_rows_fill_the_width_whose_bucket_holds_fewest_tokens():
+    from jevany_daemon.engine.pass_inputs import Packing
+
+    plan = ShapePlan(max_rows=64, max_width=4096, max_tokens=8192)
+    packing = Packing()
+    for size in [100] + [30] * 20:
+        packing.add([7] * size, [0] * size, list(range(size)))
+    rows_at = lambda width: len(packing._placed(width)[0])      # noqa: E731
+    # At the widest group's 100: the 100 alone, then three 30s a row: 8 rows, padded to 8 x 112 = 896.
+    # At 128: four 30s a row, 6 rows: 768. At 192 also 768 (100 + three 30s, then six a row: 4 x 192).
+    assert plan.tokens(rows_at(100), 100) == 896 and plan.tokens(rows_at(128), 128) == 768
+    assert plan.tokens(rows_at(192), 192) == 768 and plan.tokens(rows_at(224), 224) == 896
+    assert plan.packing_width(100, rows_at) == 128                  # the narrowest of the fewest
+    grid, placed, _ = packing.grid(0, plan.packing_width)
+    assert len(grid.rows) == 6 and grid.width <= 128
+    assert sorted(r for r, _ in placed) == [0] + sorted(r for r, _ in placed[1:])   # every group placed
+    uniform = Packing()
+    for _ in range(20):
+        uniform.add([7] * 60, [0] * 60, list(range(60)))
+    # Twenty of 60: at 64, 20 rows (24 x 64 = 1536); at 128, two a row, 10 rows (12 x 128 = 1536): a tie.
+    assert plan.packing_width(60, lambda w: len(uniform._placed(w)[0])) == 60
+
+
+def test_a_planned_packed_pass_takes_fewer_padded_tokens(loaded_model):
+    from jevany_daemon import workloads
+    from jevany_daemon.config import EngineConfig
+    from jevany_daemon.engine.engine import Engine
+    from jevany_daemon.engine.warmup import warm_up
+
+    model = loaded_model("qwen3", "choice")
+    settings = dict(max_batch_size=6, max_packed_tokens=1536, batch_policy="greedy", max_padding_waste=1.0)
+    plain, planned = Engine(model, EngineConfig(**settings)), Engine(model, EngineConfig(**settings, shape_plan=True))
+    for engine in (plain, planned):
+        warm_up(engine)
+    planned.warm_plan()
+    bodies = workloads.short(6, seed=3)
+    for engine in (plain, planned):
+        engine.score(engine.admit_many(bodies))
+    assert plain.stats.batches == planned.stats.batches == 1
+    # As they come: one group a row, each padded to the widest; planned: several to a wider row.
+    assert planned.stats.padded_tokens < plain.stats.padded_tokens
