@@ -7,7 +7,9 @@ the device may sit idle. None of that needs a GPU to count. ``Probe`` wraps
 an engine's backbone and counts, while it is active:
 
 - forwards: backbone calls;
-- ops outside and inside the forward: aten ops that are not views;
+- ops outside and inside the forward: aten ops that are not views; a pass
+  run in a bucket of the shape plan (replay.py) counts its whole call (masks,
+  join, decoder, readout: what a CUDA graph would replay) as inside;
 - scalar reads: ``.item()``, ``bool(tensor)`` and the like, each a device sync
   on CUDA (``.tolist()`` does not dispatch, so the stream counts its own);
 - host seconds inside the forward, wall and this thread's CPU time;
@@ -50,7 +52,11 @@ class Counts:
 class _OpCounter(TorchDispatchMode):
     def __init__(self, counts: Counts, timing: bool = False):
         super().__init__()
-        self.counts, self.inside, self.timing = counts, False, timing
+        self.counts, self.depth, self.timing = counts, 0, timing
+
+    @property
+    def inside(self) -> bool:
+        return self.depth > 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         if self.timing:
@@ -107,19 +113,36 @@ class Probe:
 
         def forward(*args, **kwargs):
             mode.counts.forwards += 1
-            mode.inside = True
-            wall, cpu = time.perf_counter(), time.thread_time()
-            try:
+            with self._inside(mode):
                 return original(*args, **kwargs)
-            finally:
-                mode.counts.forward_s += time.perf_counter() - wall
-                mode.counts.forward_cpu_s += time.thread_time() - cpu
-                mode.inside = False
+
+        def planned(call):
+            def replay():
+                with self._inside(mode, timed=False):
+                    return call()
+            return replay
 
         backbone.forward = forward
+        calls = list(self.engine.replay.calls.values()) if getattr(self.engine, "replay", None) else []
+        for call in calls:
+            call.replay = planned(call.replay)
         try:
             with mode if ops or op_time else _Inert():
                 yield self
         finally:
             backbone.forward = original
+            for call in calls:
+                del call.replay          # the class's method again
             self._mode = None
+
+    @contextmanager
+    def _inside(self, mode: _OpCounter, timed: bool = True):
+        mode.depth += 1
+        wall, cpu = time.perf_counter(), time.thread_time()
+        try:
+            yield
+        finally:
+            if timed:
+                mode.counts.forward_s += time.perf_counter() - wall
+                mode.counts.forward_cpu_s += time.thread_time() - cpu
+            mode.depth -= 1
