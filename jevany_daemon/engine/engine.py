@@ -17,6 +17,7 @@ from jevany_client.errors import JevanyError
 
 from jevany_daemon.config import EngineConfig, default_padding_waste
 from jevany_daemon.model.decision_model import DecisionModel
+from jevany_daemon.model.kernels import opaque_linear_attention
 
 from .admission import LATEST_ALIAS, MAX_MEDIA_QUESTIONS, Admission, Admitted
 from .batching import SCAN_LIMIT, BatchLimits, GroupCommit, Pending, drain, take_batch
@@ -253,6 +254,8 @@ class Engine:
         runner = self.config.runner
         if runner is None:
             return None
+        if runner == "compiled":
+            opaque_linear_attention(self.model.causal_lm)     # fla's kernels cannot be traced: custom ops
         head = self._reuse.head_entry() if self._reuse is not None else None
         cached = head.width if head is not None else 0
         plan = ShapePlan.for_engine(self.config.max_batch_size, self.config.max_packed_tokens,

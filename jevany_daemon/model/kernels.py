@@ -81,6 +81,8 @@ def describe(paths: dict[str, str] | None) -> str | None:
 
 def serving(fn) -> str:
     """The package behind one of transformers' kernel-or-fallback functions ("torch" for its own code)."""
+    if hasattr(fn, "behind"):           # a custom op in front of it (opaque_linear_attention)
+        return serving(_served[fn.behind])
     if getattr(fn, "fp32_on_torch", False):
         return f"{serving(fn.fast)} (fp32 on {TORCH})"
     try:
@@ -139,3 +141,80 @@ def _quiet_kernel_advice() -> None:
     logger = logging.getLogger(_ADVICE_LOGGER)
     if not any(isinstance(f, _DropKernelAdvice) for f in logger.filters):
         logger.addFilter(_DropKernelAdvice())
+
+
+# --- opaque to torch.compile --------------------------------------------------------------
+#
+# A compiled pass must trace whole (fullgraph). transformers' PyTorch code for the delta rule and
+# the short convolution traces; fla's Triton kernels and causal-conv1d's CUDA kernel are launched
+# from Python that dynamo may not. So a compiled model's process puts both behind custom ops:
+# dynamo records one op with a known output shape, and the op calls what transformers bound,
+# fla's kernels on CUDA, its PyTorch code on a CPU, exactly as an eager pass would.
+
+# What each function was bound to before the ops stood in front: one hybrid architecture a process,
+# as a worker holds one model.
+_served: dict[str, object] = {}
+
+
+@torch.library.custom_op("jevany::chunk_gated_delta_rule", mutates_args=())
+def _delta_rule_op(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, g: torch.Tensor,
+                   beta: torch.Tensor, initial_state: torch.Tensor | None, output_final_state: bool,
+                   use_qk_l2norm_in_kernel: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    out, final = _served[PREFILL_RULE](query, key, value, g=g, beta=beta, initial_state=initial_state,
+                                        output_final_state=output_final_state,
+                                        use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel)
+    final = final.float() if final is not None else query.new_empty(0, dtype=torch.float32)
+    return out.to(query.dtype).contiguous(), final.contiguous()
+
+
+@_delta_rule_op.register_fake
+def _(query, key, value, g, beta, initial_state, output_final_state, use_qk_l2norm_in_kernel):
+    batch, _, _, k_dim = key.shape
+    heads, v_dim = value.shape[-2:]
+    final = (query.new_empty((batch, heads, k_dim, v_dim), dtype=torch.float32) if output_final_state
+             else query.new_empty(0, dtype=torch.float32))
+    return value.new_empty(value.shape, dtype=query.dtype), final
+
+
+@torch.library.custom_op("jevany::causal_conv1d", mutates_args=())
+def _conv_op(hidden_states: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+             activation: str | None) -> torch.Tensor:
+    out = _served["causal_conv1d_fn"](hidden_states, weight, bias, activation=activation)
+    return out.to(hidden_states.dtype).contiguous()
+
+
+@_conv_op.register_fake
+def _(hidden_states, weight, bias, activation):
+    return torch.empty_like(hidden_states, memory_format=torch.contiguous_format)
+
+
+def _delta_rule(query, key, value, g, beta, initial_state=None, output_final_state=False,
+                use_qk_l2norm_in_kernel=False, cu_seqlens=None, **kwargs):
+    if cu_seqlens is not None:       # rows packed end to end: only the served kernel knows them
+        return _served[PREFILL_RULE](query, key, value, g=g, beta=beta, initial_state=initial_state,
+                                     output_final_state=output_final_state,
+                                     use_qk_l2norm_in_kernel=use_qk_l2norm_in_kernel, cu_seqlens=cu_seqlens)
+    out, final = _delta_rule_op(query, key, value, g, beta, initial_state, output_final_state,
+                                use_qk_l2norm_in_kernel)
+    return out, (final if output_final_state else None)
+
+
+def _conv(hidden_states, weight, bias=None, activation=None, **kwargs):
+    return _conv_op(hidden_states, weight, bias, activation)
+
+
+_delta_rule.behind, _conv.behind = PREFILL_RULE, "causal_conv1d_fn"
+
+
+def opaque_linear_attention(causal_lm) -> bool:
+    """Put the prefill delta rule and the short convolution of a hybrid model's process behind custom ops
+    (see above); True if it has such layers. Idempotent; the ops call what was bound before."""
+    module = modeling_module(causal_lm)
+    if module is None:
+        return False
+    for name, op in ((PREFILL_RULE, _delta_rule), ("causal_conv1d_fn", _conv)):
+        served = getattr(module, name, None)
+        if served is not None and not hasattr(served, "behind"):
+            _served[name] = served
+            setattr(module, name, op)
+    return True

@@ -231,9 +231,15 @@ def test_graphs_on_a_cpu_replay_a_plain_call_of_every_bucket(loaded_model):
 
 @pytest.fixture
 def eager_compile(monkeypatch):
-    """torch.compile with dynamo's eager backend: the same tracing, graph breaks and guards, no codegen."""
+    """torch.compile with dynamo's eager backend: the same tracing, graph breaks and guards, no codegen;
+    the linear-attention functions a compiled engine puts behind custom ops restored afterwards."""
     import torch._dynamo
+    from transformers.models.qwen3_5 import modeling_qwen3_5
 
+    from jevany_daemon.model.kernels import CONVOLUTIONS, PREFILL_RULE
+
+    for name in (PREFILL_RULE, *CONVOLUTIONS):
+        monkeypatch.setattr(modeling_qwen3_5, name, getattr(modeling_qwen3_5, name))
     monkeypatch.setattr(replay_module, "COMPILE_BACKEND", "eager")
     torch._dynamo.reset()
     yield
@@ -249,6 +255,8 @@ def test_compiled_passes_answer_the_same_and_never_compile_once_warm(loaded_mode
     small = dict(max_batch_size=1, max_packed_tokens=160)
     engine = planned(model, shape_plan=False, compile="default", **small)
     assert engine.replay.warm_up_s["compile"] > 0 and len(engine.replay.calls) == len(engine.replay.plan) >= 8
+    from transformers.models.qwen3_5 import modeling_qwen3_5       # traced through custom ops, not into them
+    assert modeling_qwen3_5.torch_chunk_gated_delta_rule.behind and modeling_qwen3_5.causal_conv1d_fn.behind
     graphs = torch._dynamo.utils.counters["stats"]["unique_graphs"]
     expected = as_served(model, **small)
     rng = random.Random(23)         # short states and questions of varied lengths: several widths of the plan

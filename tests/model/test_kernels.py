@@ -112,3 +112,34 @@ def test_a_model_on_cuda_turns_cudnn_attention_off_and_the_cpu_leaves_it_alone()
         assert torch.backends.cuda.flash_sdp_enabled() and torch.backends.cuda.mem_efficient_sdp_enabled()
     finally:
         torch.backends.cuda.enable_cudnn_sdp(before)
+
+
+def test_the_linear_attention_custom_ops_answer_as_what_serves_them_and_declare_their_shapes(monkeypatch):
+    from jevany_daemon.model import kernels
+
+    for name in (kernels.PREFILL_RULE, *kernels.CONVOLUTIONS):
+        monkeypatch.setattr(modeling_qwen3_5, name, getattr(modeling_qwen3_5, name))
+    rule, conv = modeling_qwen3_5.torch_chunk_gated_delta_rule, modeling_qwen3_5.causal_conv1d_fn
+    # A model whose layers say which modeling module binds their functions (as modeling_module reads it)
+    layer = types.SimpleNamespace(linear_attn=modeling_qwen3_5.Qwen3_5GatedDeltaNet.__new__(
+        modeling_qwen3_5.Qwen3_5GatedDeltaNet))
+    assert kernels.opaque_linear_attention(types.SimpleNamespace(modules=lambda: [layer]))
+    assert modeling_qwen3_5.torch_chunk_gated_delta_rule is not rule and modeling_qwen3_5.causal_conv1d_fn is not conv
+    assert kernels.serving(modeling_qwen3_5.torch_chunk_gated_delta_rule) == "torch"     # what stands behind
+    gen = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(2, 40, 2, 8, generator=gen) for _ in range(2))
+    v = torch.randn(2, 40, 4, 8, generator=gen)
+    g, beta = -torch.rand(2, 40, 4, generator=gen), torch.rand(2, 40, 4, generator=gen)
+    state = torch.randn(2, 4, 8, 8, generator=gen)
+    for final in (True, False):
+        want = rule(q, k, v, g=g, beta=beta, initial_state=state, output_final_state=final,
+                    use_qk_l2norm_in_kernel=True)
+        got = modeling_qwen3_5.torch_chunk_gated_delta_rule(q, k, v, g=g, beta=beta, initial_state=state,
+                                                             output_final_state=final, use_qk_l2norm_in_kernel=True)
+        assert torch.equal(got[0], want[0]) and (got[1] is None) == (not final)
+        if final:
+            assert torch.equal(got[1], want[1])
+        torch.library.opcheck(kernels._delta_rule_op, (q, k, v, g, beta, state, final, True))
+    x, w, b = torch.randn(2, 16, 40, generator=gen), torch.randn(16, 4, generator=gen), torch.randn(16, generator=gen)
+    assert torch.equal(modeling_qwen3_5.causal_conv1d_fn(x, w, b, activation="silu"), conv(x, w, b, activation="silu"))
+    torch.library.opcheck(kernels._conv_op, (x, w, b, "silu"))
