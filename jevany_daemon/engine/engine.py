@@ -246,7 +246,7 @@ class Engine:
     def warm_plan(self, only=None) -> dict[str, float] | None:
         """Build the shape plan the settings ask for and run every bucket of it (replay.py); from then on a
         pass that fits a bucket runs in it, and batches are priced at their bucket's tokens. → seconds per
-        warm-up phase, or None without a plan. Raises replay.PlanTooLarge past config.warmup_limit.
+        warm-up phase, or None without a plan. Raises shape_plan.PlanTooLarge past config.warmup_limit.
         only: those of its buckets alone (a benchmark measuring a few shapes).
 
         After the engine's first pass (warmup.warm_up): the plan continues the prompt's head, once pinned.
@@ -256,7 +256,7 @@ class Engine:
             return None
         if runner == "compiled":
             opaque_linear_attention(self.model.causal_lm)     # fla's kernels cannot be traced: custom ops
-        head = self._reuse.head_entry() if self._reuse is not None else None
+        head = self.live_head()
         cached = head.width if head is not None else 0
         plan = ShapePlan.for_engine(self.config.max_batch_size, self.config.max_packed_tokens,
                                     self.model.context_window, cached)

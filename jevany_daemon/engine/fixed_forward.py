@@ -29,7 +29,7 @@ import torch
 from .cache_rows import Block, CacheKit, JoinPlan
 from .layouts import Backbone, Sent, padding_of
 from .masks import block_causal_mask, continued_block_causal_mask
-from .pass_inputs import PAD_SEGMENT, Upload, gather_rows
+from .pass_inputs import PAD_SEGMENT, gather_rows
 from .shape_plan import Bucket
 
 # Tokens a prompt spends at least per position its readout reads: a choice or lm_token question reads
@@ -85,13 +85,13 @@ class FixedForward:
         fields = [self._field(i) for i in range(4, len(self.offsets) - 1)]
         return self.readout.fixed_probabilities(gather_rows(hidden, self._field(3)), *fields)
 
-    def values(self, upload: Upload, sent: Sent, readout_lists: list[list[int]]) -> list[int]:
+    def values(self, sent: Sent, readout_lists: list[list[int]]) -> list[int]:
         """A prepared grid (right-padded, sent.n x sent.width) and its readout lists at this bucket's shape."""
         rows, width = self.bucket
         n, w = sent.n, sent.width
+        ids, seg, pos, gather = sent.host_lists()
         out: list[int] = []
-        for handle, pad in ((sent._ids, self.pad_id), (sent._seg, PAD_SEGMENT), (sent._pos, 0)):
-            flat = upload.values(handle)
+        for flat, pad in ((ids, self.pad_id), (seg, PAD_SEGMENT), (pos, 0)):
             if w == width:
                 out += flat
             else:
@@ -100,7 +100,6 @@ class FixedForward:
                     out += flat[r:r + w]
                     out += tail
             out += [pad] * ((rows - n) * width)
-        gather = upload.values(sent._gather)
         out += gather if w == width else [g // w * width + g % w for g in gather]
         out += [0] * (self.gathered - len(gather))
         for values in readout_lists:

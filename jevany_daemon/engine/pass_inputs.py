@@ -191,6 +191,10 @@ class Sent:
     def padded_tokens(self) -> int:
         return self.n * self.width
 
+    def host_lists(self) -> tuple[list[int], list[int], list[int], list[int]]:
+        """ids, segments, positions (flat, n x width) and the gather index, as the host built them."""
+        return tuple(self.upload.values(h) for h in (self._ids, self._seg, self._pos, self._gather))
+
 
 def gather_rows(hidden: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
     """Hidden states at flat positions [N*L] of [N, L, d]."""

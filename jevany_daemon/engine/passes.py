@@ -71,7 +71,7 @@ class Passes:
         job = None if media else engine.layout_for(batch[0]).prepare([a.encoded for a in batch], engine.pad_id,
                                                                       upload, engine._backbone)
         self._account(launched)      # once prepared: preparing may have pinned the prompt's head
-        fixed = self._fixed(launched, job, upload, media)
+        fixed = self._fixed(launched, job, media)
         if fixed is not None:
             launched.padded, launched.fixed = fixed.bucket.tokens, True
             launched.ticket = stream.download(engine.replay.run(fixed, stream), began, fixed.used)
@@ -106,7 +106,7 @@ class Passes:
             launched.real += real
         launched.width = max(shape.width for shape, _ in costs)
 
-    def _fixed(self, launched: Launched, job, upload: Upload, media):
+    def _fixed(self, launched: Launched, job, media):
         """The pass in a bucket of the shape plan, or None: no plan, or the pass is not one it runs."""
         replay = self.engine.replay
         if replay is None:
@@ -114,7 +114,7 @@ class Passes:
         if media or launched.blended:
             replay.count_eager("media" if media else "blend")
             return None
-        return replay.fixed(job, launched.counts, upload, self.engine.live_head())
+        return replay.fixed(job, launched.counts, self.engine.live_head())
 
     # --- collect ----------------------------------------------------------
 

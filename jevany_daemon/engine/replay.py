@@ -138,7 +138,7 @@ class Replay:
 
     # --- a pass -------------------------------------------------------------------
 
-    def fixed(self, job, counts: list[int], upload, live_head: Block | None) -> Fixed | None:
+    def fixed(self, job, counts: list[int], live_head: Block | None) -> Fixed | None:
         """The pass as its bucket's inputs, or None (counted by why) when it runs as it came."""
         single = job.single() if hasattr(job, "single") else None
         if single is None or (single.continues is not live_head if self.plan.cached else single.continues
@@ -152,7 +152,7 @@ class Replay:
         if lists is None:
             return self._eager("readouts")
         self.counts.planned += 1
-        return Fixed(bucket, slot.values(upload, single.sent, lists), self.readout.fixed_used(counts))
+        return Fixed(bucket, slot.values(single.sent, lists), self.readout.fixed_used(counts))
 
     def _eager(self, reason: str) -> None:
         self.counts.eager[reason] += 1

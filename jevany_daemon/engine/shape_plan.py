@@ -3,21 +3,24 @@
 A forward pass's cost on a GPU is mostly the host's: thousands of kernel
 launches, and for every shape not met before, work that is paid once per
 shape (Triton's autotuning, cuDNN plans, compiling, capturing a CUDA graph).
-So with a plan, a pass is padded up to the smallest bucket that holds it,
-every bucket is run before the worker says ready (warm_up_plan, replay.py),
+So with a plan, a pass is padded up to the bucket of fewest tokens that holds
+it, every bucket is run before the worker says ready (Replay.warm_up),
 and no served pass meets a shape for the first time. A pass that fits no
 bucket runs as it is and is counted (replay.Counts).
 
 Buckets are rows x width: rows on a ladder of half-octave steps (1, 2, 3, 4,
 6, 8, 12 ...), widths on quarter-octave steps in multiples of 16 (16, 32 ...
-128, 160, 192, 224, 256, 320 ...). The spacing was chosen by the padding it
-costs on recorded passes (benchmarks/plan_bench.py, docs/MEASURING.md):
-quarter-octave widths cut what padding wastes by about a third against
-half-octave ones for 1.6x the buckets, and quarter-octave rows bought less
-than half that again for another 1.5x. Rows stop at four times the largest
-batch (a batch's requests have a row per question on hybrid models), and no
-bucket holds more padded tokens than a pass may (max_packed_tokens) or,
-captured, than --cuda-graph-max-tokens.
+128, 160, 192, 224, 256, 320 ...). The spacing was chosen on the padding it
+costs recorded passes (benchmarks/plan_bench.py's spacing phase,
+docs/MEASURING.md): quarter-octave widths, against half-octave ones, cut the
+tokens padding wastes by up to a third (most in passes of 8 requests) for
+1.6 times the buckets; quarter-octave rows would cut up to a fifth more on
+the hybrid model, whose rows are its questions, for another 1.6 times the
+buckets, each warmed (and captured) at every start. Rows stop at four times
+the largest batch (a batch's requests have a row per question on hybrid
+models), and no bucket holds more padded tokens than a pass may
+(max_packed_tokens); with CUDA graphs, buckets over --cuda-graph-max-tokens
+run in their shapes uncaptured.
 
 Every bucket of a plan continues the same cached prefix: the prompt's pinned
 head where the engine keeps one (its width is `cached`), else nothing.
