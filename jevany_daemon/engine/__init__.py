@@ -22,6 +22,9 @@ date_facts.py    day counts between the dates of a state, added to it before enc
 media_pass.py    a media request's one pass: its files, then its prompt, through the vision tower
 faults.py        which failures stay with a request and which end the worker
 probe.py         what a pass costs the host (forwards, ops, scalar reads): benchmarks and tests
+shape_plan.py    the buckets (rows x width) a pass is padded to, fixed from the settings
+fixed_forward.py a bucket's static input buffer and its forward, which a CUDA graph can record
+replay.py        which pass runs in which bucket, eagerly, compiled or as a CUDA graph; the plan's warm-up
 warmup.py        every path scored once before the worker reports ready
 describe.py      what the engine serves and how, in our names and JevAny's (models, /v1/models)
 engine.py        the Engine that composes them

@@ -8,6 +8,8 @@ from jevany_daemon import workloads
 from jevany_daemon.parity import compare
 
 from .client_proc import stream
+from .daemons import wait_for
+from .test_promises_metrics import scrape
 
 N_CLIENTS = 8
 PER_CLIENT = 4
@@ -32,7 +34,7 @@ def _decide_from_processes(endpoint: str, bodies: list) -> dict:
 
 
 def test_a_planned_daemon_warms_its_plan_before_ready_and_counts_its_passes(start_daemon, loaded_model):
-    daemon = start_daemon(*PLAN, readout="choice")
+    daemon = start_daemon(*PLAN, "--metrics-port", "0", readout="choice")
     log = daemon.log.read_text()
     line = next(line for line in log.splitlines() if "event=shape_plan " in line)
     assert "runner=eager" in line and "buckets=" in line and "first_runs_s=" in line
@@ -58,6 +60,9 @@ def test_a_planned_daemon_warms_its_plan_before_ready_and_counts_its_passes(star
     with daemon.client() as client:
         described = client.models()["models"][0]
     assert described["plan"]["buckets"] == plan["buckets"] and described["acceleration"]["cuda_graphs"] is None
+    # the gauges are set on the supervisor's tick: equal to status once it has come
+    wait_for(lambda: scrape(daemon).get(("jevany_plan_passes", (("path", "planned"),))) == plan["planned"], 30,
+             "jevany_plan_passes{path=planned} equal to status's planned passes")
     assert daemon.stop() == 0
 
 
