@@ -1,4 +1,6 @@
 """Client processes for the concurrency tests (imported by spawned interpreters)."""
+import multiprocessing as mp
+
 import msgpack
 import zmq
 
@@ -33,6 +35,23 @@ def stream(endpoint: str, bodies: list, start: int, queue, barrier=None) -> None
     finally:
         queue.put(out)
         ctx.destroy(linger=0)
+
+
+def streamed(endpoint: str, bodies: list, clients: int) -> dict:
+    """bodies[k::clients] from client process k, each streamed; {k * 100 + i: its i-th result}."""
+    ctx = mp.get_context("spawn")
+    queue = ctx.Queue()
+    procs = [ctx.Process(target=stream, args=(endpoint, bodies[k::clients], k * 100, queue)) for k in range(clients)]
+    for p in procs:
+        p.start()
+    got = {}
+    for _ in procs:
+        for index, _rid, result in queue.get(timeout=240):
+            got[index] = result
+    for p in procs:
+        p.join(30)
+        assert p.exitcode == 0
+    return got
 
 
 def _exchange(sock, message: dict) -> dict:

@@ -1,5 +1,4 @@
 """The shape plan through a real daemon: warmed before ready, said in the log and status, and bounded at start."""
-import multiprocessing as mp
 import subprocess
 import sys
 from pathlib import Path
@@ -7,30 +6,13 @@ from pathlib import Path
 from jevany_daemon import workloads
 from jevany_daemon.parity import compare
 
-from .client_proc import stream
+from .client_proc import streamed
 from .daemons import wait_for
 from .test_promises_metrics import scrape
 
 N_CLIENTS = 8
 PER_CLIENT = 4
 PLAN = ("--shape-plan", "--max-batch-size", "4", "--max-packed-tokens", "512", "--device", "cpu")
-
-
-def _decide_from_processes(endpoint: str, bodies: list) -> dict:
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    procs = [ctx.Process(target=stream, args=(endpoint, bodies[k::N_CLIENTS], k * 100, queue))
-             for k in range(N_CLIENTS)]
-    for p in procs:
-        p.start()
-    got = {}
-    for _ in procs:
-        for index, _rid, result in queue.get(timeout=240):
-            got[index] = result
-    for p in procs:
-        p.join(30)
-        assert p.exitcode == 0
-    return {k * 100 + i: got[k * 100 + i] for k in range(N_CLIENTS) for i in range(len(bodies[k::N_CLIENTS]))}
 
 
 def test_a_planned_daemon_warms_its_plan_before_ready_and_counts_its_passes(start_daemon, loaded_model):
@@ -40,7 +22,7 @@ def test_a_planned_daemon_warms_its_plan_before_ready_and_counts_its_passes(star
     assert "runner=eager" in line and "buckets=" in line and "first_runs_s=" in line
     assert log.index("event=shape_plan ") < log.index("event=ready")
     bodies = workloads.short(N_CLIENTS * PER_CLIENT, seed=31)
-    got = _decide_from_processes(daemon.endpoint, bodies)
+    got = streamed(daemon.endpoint, bodies, N_CLIENTS)
     order = [(k * 100 + i, bodies[k + i * N_CLIENTS]) for k in range(N_CLIENTS) for i in range(PER_CLIENT)]
     from jevany_daemon.config import EngineConfig
     from jevany_daemon.engine.engine import Engine
