@@ -46,7 +46,7 @@ ESTIMATE_AFTER = 3
 
 @dataclass
 class Counts:
-    planned: int = 0                                  # passes run in a bucket's shape
+    planned: int = 0                  # passes run in a bucket's shape (a failed one too, as batches counts it)
     eager: Counter = field(default_factory=Counter)   # passes run as they came, by reason
     recompiles: int = 0                               # compiled passes that would have compiled again
 
@@ -191,7 +191,7 @@ class Replay:
                 slot.forward()                             # tunes, builds, allocates what it meets
                 stream.synchronize()
                 phases["first_runs"] += time.monotonic() - began
-                began, reserved = time.monotonic(), _reserved(self.device)
+                began, reserved = time.monotonic(), _reserved(self.device, settled=pool is not None)
                 self.calls[bucket] = self._call(slot, bucket, pool)
                 stream.synchronize()
                 if self.runner != "eager":
@@ -223,9 +223,9 @@ class Replay:
     def _check_time(self, started: float, limit_s: float, done: int, total: int, done_tokens: int,
                     total_tokens: int) -> None:
         elapsed = time.monotonic() - started
-        # Time grows with a bucket's tokens (the passes) and with buckets (compiling, capturing): the larger
-        # of the two estimates.
-        estimate = max(elapsed / done * total, elapsed / done_tokens * total_tokens)
+        # Compiling costs about the same for every bucket; running and capturing, about their tokens. The
+        # buckets go largest first, so a per-bucket estimate of running ones would be several times over.
+        estimate = elapsed / done * total if self.runner == "compiled" else elapsed / done_tokens * total_tokens
         if elapsed > limit_s or (done >= ESTIMATE_AFTER and estimate > limit_s):
             raise PlanTooLarge(
                 f"warming the shape plan's {total} buckets ({self.runner}) would take about {estimate:.0f} s, "
@@ -242,8 +242,14 @@ class Replay:
                 "compile_mode": self.compile_mode if self.runner == "compiled" else None}
 
 
-def _reserved(device: torch.device) -> int:
-    return torch.cuda.memory_reserved(device) if device.type == "cuda" else 0
+def _reserved(device: torch.device, settled: bool = False) -> int:
+    """The CUDA allocator's reserve; settled: after giving back its cached blocks, as a capture does first
+    (torch.cuda.graph empties the cache), so that what a capture adds is what its pool keeps."""
+    if device.type != "cuda":
+        return 0
+    if settled:
+        torch.cuda.empty_cache()
+    return torch.cuda.memory_reserved(device)
 
 
 def _room_for(buckets: int) -> None:

@@ -159,8 +159,8 @@ class SimulatedStream(Stream):
         self.pass_s = pass_s
         self._free_at = 0.0
 
-    def download(self, probs: torch.Tensor, began: Mark) -> Ticket:
-        ticket = super().download(probs, began)
+    def download(self, probs: torch.Tensor, began: Mark, used: int | None = None) -> Ticket:
+        ticket = super().download(probs, began, used)
         with self._lock:
             ticket.ready_at = self._free_at = max(ticket.handed_at, self._free_at) + self.pass_s
         return ticket

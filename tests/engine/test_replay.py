@@ -97,7 +97,8 @@ def test_every_bucket_is_warmed_before_ready_and_no_served_pass_builds_one(loade
 
 
 def test_a_buckets_buffers_keep_their_addresses_whatever_the_prefix_cache_does(loaded_model):
-    engine = planned(loaded_model("qwen3_5", "choice"))
+    model = loaded_model("qwen3_5", "choice")
+    engine, expected = planned(model), as_served(model)
     replay = engine.replay
     addresses = {b: s.buffer.data_ptr() for b, s in replay.slots.items()}
     head = replay.head
@@ -105,10 +106,14 @@ def test_a_buckets_buffers_keep_their_addresses_whatever_the_prefix_cache_does(l
     engine.score(engine.admit_many(bodies(12, seed=13)))
     engine.forget([a for a in engine.admit_many(workloads.short(1, seed=14))])   # drops the pinned head
     assert engine.live_head() is None
-    engine.score(engine.admit_many(bodies(12, seed=15)))                         # pins it again
+    requests = bodies(12, seed=15)
+    got = engine.score(engine.admit_many(requests))                               # pins it again
     assert engine.live_head() is not None and engine.plan_stats()["planned"] >= 4
     assert {b: s.buffer.data_ptr() for b, s in replay.slots.items()} == addresses
     assert replay.head is head and [t.data_ptr() for t in (head.conv, head.recurrent)] == head_addresses
+    # The buckets kept their own copy of the head; what continues it answers as the head pinned anew.
+    report = compare(expected.score(expected.admit_many(requests)), got)
+    assert report["max_abs_diff"] <= 1e-5 and not report["decisions_changed"]
 
 
 # Ops that read a device value into Python (a sync on CUDA, a graph break in torch.compile, impossible
@@ -215,6 +220,39 @@ def test_warming_a_plan_past_its_limit_stops_the_start_and_says_what_to_change(l
     with pytest.raises(PlanTooLarge, match="--warmup-limit.*--max-packed-tokens"):
         engine.warm_plan()
     assert engine.replay is None           # passes still run as they come
+
+
+def test_planned_passes_on_the_simulated_accelerator(loaded_model):
+    model = loaded_model("qwen3", "choice")
+    engine = Engine(model, EngineConfig(**SMALL, shape_plan=True), simulated_pass_ms=1.0)
+    warm_up(engine)
+    engine.warm_plan()
+    expected = as_served(model)
+    requests = bodies(12, seed=24)
+    report = compare(expected.score(expected.admit_many(requests)), engine.score(engine.admit_many(requests)))
+    assert report["max_abs_diff"] <= 1e-5 and engine.plan_stats()["planned"] == engine.stats.batches >= 3
+
+
+def test_the_warm_up_estimate_follows_tokens_when_running_and_buckets_when_compiling(loaded_model):
+    import time
+
+    from jevany_daemon.engine.replay import Replay
+    from jevany_daemon.engine.shape_plan import ShapePlan
+
+    plan = ShapePlan(max_rows=32, max_width=2048, max_tokens=2048)
+    # Buckets go largest first: 3 of 100 done in 100 s, holding 30% of the tokens. Running ones cost
+    # about their tokens (333 s in all); compiled ones about the same each (3,333 s).
+    for runner, over in (("eager", False), ("graphs", False), ("compiled", True)):
+        replay = Replay(plan, runner, None, None, torch.float32, torch.device("cpu"), 0)
+        check = lambda: replay._check_time(time.monotonic() - 100, 600, 3, 100, 300, 1000)   # noqa: E731
+        if over:
+            with pytest.raises(PlanTooLarge, match="about 3333 s"):
+                check()
+        else:
+            check()
+    with pytest.raises(PlanTooLarge, match="about 333 s"):      # past its limit, whatever the estimate
+        Replay(plan, "eager", None, None, torch.float32, torch.device("cpu"), 0)._check_time(
+            time.monotonic() - 100, 300, 3, 100, 300, 1000)
 
 
 def test_graphs_on_a_cpu_replay_a_plain_call_of_every_bucket(loaded_model):

@@ -98,7 +98,11 @@ def test_packed_rows_fill_the_width_whose_bucket_holds_fewest_tokens():
     assert plan.packing_width(100, rows_at) == 128                  # the narrowest of the fewest
     grid, placed, _ = packing.grid(0, plan.packing_width)
     assert len(grid.rows) == 6 and grid.width <= 128
-    assert sorted(r for r, _ in placed) == [0] + sorted(r for r, _ in placed[1:])   # every group placed
+    # Every group has a span of its own in its row: no two overlap, none runs past its row's tokens.
+    spans = sorted((r, at, at + len(g.ids)) for (r, at), g in zip(placed, packing.groups))
+    assert all(end <= len(grid.rows[r][0]) for r, _, end in spans)
+    assert all(a[0] != b[0] or a[2] <= b[1] for a, b in zip(spans, spans[1:]))
+    assert sum(len(ids) for ids, _, _ in grid.rows) == 100 + 20 * 30
     uniform = Packing()
     for _ in range(20):
         uniform.add([7] * 60, [0] * 60, list(range(60)))

@@ -9,7 +9,7 @@ from jevany_daemon.server.worker import UnsafeDirectory, configure_compile_cache
 
 def test_kept_under_the_cache_dir_made_private(tmp_path, monkeypatch):
     monkeypatch.setenv("JEVANY_CACHE_DIR", str(tmp_path / "cache"))
-    monkeypatch.delenv("TORCHINDUCTOR_CACHE_DIR", raising=False)
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", "")       # unset for the call, restored after the test
     path = configure_compile_cache()
     assert path == tmp_path / "cache" / "inductor" and path.is_dir()
     assert stat.S_IMODE(path.stat().st_mode) & 0o077 == 0
