@@ -117,10 +117,11 @@ def test_a_buckets_buffers_keep_their_addresses_whatever_the_prefix_cache_does(l
 
 
 # Ops that read a device value into Python (a sync on CUDA, a graph break in torch.compile, impossible
-# in a captured graph), and ops whose output's shape depends on values.
+# in a captured graph), ops whose output's shape depends on values, and tensors made from Python data
+# (torch.tensor: a copy from the host on CUDA, which a capture cannot hold).
 DATA_DEPENDENT = {"aten.nonzero.default", "aten.masked_select.default", "aten._unique2.default",
                   "aten.unique_dim.default", "aten.unique_consecutive.default", "aten.repeat_interleave.Tensor",
-                  "aten.bincount.default"}
+                  "aten.bincount.default", "aten.lift_fresh.default", "aten.lift_fresh_copy.default"}
 
 
 class NoHostReads(TorchDispatchMode):
@@ -143,6 +144,9 @@ def test_the_check_catches_a_host_read():
     with pytest.raises(AssertionError, match="nonzero"):
         with NoHostReads():
             torch.ones(2).nonzero()
+    with pytest.raises(AssertionError, match="lift_fresh"):
+        with NoHostReads():
+            torch.tensor([1, 2]) + 1
 
 
 SMALL_BODY = {"state": "parcel two weeks late", "questions": {"q": {"type": "choice", "criteria": {"refund": None,
