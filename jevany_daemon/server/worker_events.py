@@ -123,7 +123,10 @@ class WorkerEvents:
             return
         never_served = sup.state == "starting" and not worker.ready_once
         code = worker.proc.returncode
-        if not worker.ready_once and (code in (channel.EXIT_LOAD_FAILED, channel.EXIT_SETTINGS) or never_served
+        # A model that will not load will not load again. A plan that would warm past its limit is a settings
+        # error at start; for a replacement while others serve, the estimate may have met a busy machine, so
+        # it is tried again, as a crash is, up to MAX_FAILED_STARTS.
+        if not worker.ready_once and (code == channel.EXIT_LOAD_FAILED or never_served
                                       or worker.failed_starts + 1 >= MAX_FAILED_STARTS):
             sup.fail(worker.failure or f"worker {worker.slot} exited before loading the model ({cause})",
                      exit_code=2 if code == channel.EXIT_SETTINGS else 1)

@@ -120,6 +120,8 @@ class WorkerHandle:
             return "could not load the model"
         if code == channel.EXIT_DEVICE_LOST:
             return "device error: its CUDA context cannot be used again"
+        if code == channel.EXIT_SETTINGS:
+            return "its settings cannot work here (a shape plan past --warmup-limit)"
         return f"exit code {code}"
 
     def take_stats(self, stats: dict) -> None:

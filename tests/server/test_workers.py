@@ -44,6 +44,7 @@ def test_a_worker_that_ignores_stop_is_a_hang_and_a_killed_one_is_not_judged_aga
     (-signal.SIGKILL, None, "killed by SIGKILL"),
     (-signal.SIGSEGV, None, "killed by SIGSEGV"),
     (channel.EXIT_LOAD_FAILED, None, "could not load the model"),
+    (channel.EXIT_SETTINGS, None, "its settings cannot work here (a shape plan past --warmup-limit)"),
     (1, None, "exit code 1"),
     (-signal.SIGKILL, "hung: no heartbeat for 10.5s", "hung: no heartbeat for 10.5s; killed"),
 ])
@@ -281,3 +282,37 @@ def test_a_worker_keeps_what_it_loaded_out_of_full_collections_and_serving_adds_
     frozen, tracked = map(int, out.split())
     assert frozen > 100_000                  # the model, the tokenizer, torch and transformers
     assert tracked < 200                     # what a full collection still walks after a dozen passes
+
+
+def _events_with(state: str):
+    """WorkerEvents over a supervisor stand-in: what replace_or_fail reads and calls, recorded."""
+    from types import SimpleNamespace
+
+    from jevany_daemon.server.worker_events import WorkerEvents
+
+    done = {"failed": None, "replaced": 0}
+    counter = SimpleNamespace(inc=lambda: None)
+    sup = SimpleNamespace(
+        state=state, _exiting=False, settings=None,
+        fail=lambda message, exit_code=1: done.update(failed=(message, exit_code)),
+        pool=SimpleNamespace(replace=lambda w, s: done.update(replaced=done["replaced"] + 1)
+                             or SimpleNamespace(restarts=1, pid=2)),
+        metrics=SimpleNamespace(restarts=SimpleNamespace(labels=lambda cause: counter)))
+    return WorkerEvents(sup), done
+
+
+@pytest.mark.parametrize("state,failed_starts,outcome", [
+    ("starting", 0, ("failed", 2)),      # at start: a settings error, which systemd does not restart
+    ("ready", 0, "replaced"),             # a replacement while others serve: tried again, as a crash is
+    ("ready", 2, ("failed", 2)),          # ... up to MAX_FAILED_STARTS
+])
+def test_a_worker_whose_plan_would_warm_too_long_stops_a_start_and_is_retried_while_serving(
+        state, failed_starts, outcome):
+    events, done = _events_with(state)
+    worker = handle(state=STARTING, ready=False, returncode=channel.EXIT_SETTINGS)      # never ready
+    worker.failure, worker.failed_starts = "warming the shape plan's 234 buckets ... --warmup-limit", failed_starts
+    events.replace_or_fail(worker, worker.exit_cause())
+    if outcome == "replaced":
+        assert done == {"failed": None, "replaced": 1}
+    else:
+        assert done["replaced"] == 0 and done["failed"] == (worker.failure, outcome[1])
