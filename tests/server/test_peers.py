@@ -79,6 +79,7 @@ def test_a_departed_connections_last_message_read_after_a_newcomer_took_its_desc
     # On real sockets: a message still in a departed connection's pipe names its sender (libzmq's
     # Peer-Address, per message); a newcomer in another process on the same descriptor must not be
     # taken for it, or the reply would go to whoever holds the routing id now.
+    import gc
     import os
     import subprocess
     import sys
@@ -91,7 +92,16 @@ def test_a_departed_connections_last_message_read_after_a_newcomer_took_its_desc
     router.bind(endpoint)
     peers = Peers(zmq.Poller(), lambda: 1000.0)
     peers.watch(router)
-    newcomer, held = None, []
+    # The newcomer starts now and connects when told: spawning it opens and closes pipes, and
+    # the collector could close a leaked file of an earlier test, either of which would free a
+    # lower descriptor than the departed one between the holding below and the accept.
+    newcomer = subprocess.Popen([sys.executable, "-c", "import sys, zmq; sys.stdin.readline(); "
+                                 "s = zmq.Context().socket(zmq.DEALER); "
+                                 f"s.connect({endpoint!r}); s.send(b'first'); sys.stdin.read()"],
+                                stdin=subprocess.PIPE)
+    held = []
+    collecting = gc.isenabled()
+    gc.disable()
     try:
         departing = ctx.socket(zmq.DEALER)
         departing.connect(endpoint)
@@ -113,9 +123,8 @@ def test_a_departed_connections_last_message_read_after_a_newcomer_took_its_desc
         while (spare := os.open(os.devnull, os.O_RDONLY)) < fd:
             held.append(spare)        # every free descriptor below it, so the next accept gets the departed one
         os.close(spare)
-        newcomer = subprocess.Popen([sys.executable, "-c", "import sys, zmq; s = zmq.Context().socket(zmq.DEALER); "
-                                     f"s.connect({endpoint!r}); s.send(b'first'); sys.stdin.read()"],
-                                    stdin=subprocess.PIPE)
+        newcomer.stdin.write(b"connect\n")
+        newcomer.stdin.flush()
 
         def accepted():
             peers.read()
@@ -130,10 +139,11 @@ def test_a_departed_connections_last_message_read_after_a_newcomer_took_its_desc
         assert got[b"last words"].serial != conn.serial and not peers.alive(got[b"last words"])
         assert got[b"first"].serial == conn.serial and peers.alive(got[b"first"])
     finally:
+        if collecting:
+            gc.enable()
         for spare in held:
             os.close(spare)
-        if newcomer is not None:
-            newcomer.kill()
-            newcomer.wait(10)
+        newcomer.kill()
+        newcomer.wait(10)
         peers.close_monitors()
         ctx.destroy(linger=0)
