@@ -19,6 +19,7 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from .gateway.app import Gateway, create_app as _routes
+from .gateway.dialects import DIALECTS
 from .gateway.embedded import InProcess
 from .inprocess import JevModel
 from .server.settings import ServeSettings
@@ -28,15 +29,18 @@ __all__ = ["JevModel", "create_app"]
 
 def create_app(checkpoint: str | Path | None = None, *, model: JevModel | None = None, token: str | None = None,
                cors_origins: str = "*", max_message_bytes: int = ServeSettings.max_message_bytes,
-               **options) -> FastAPI:
+               dialect: str = ServeSettings.http_dialect, **options) -> FastAPI:
     """JevAny's create_app: serve `model`, already loaded (Python callers keep calling it), or load
     `checkpoint` with JevModel.from_pretrained's options while the app starts; with neither, the
     model the JEVANY_* settings name. token: a bearer token the routes then want (none: open, as JevAny).
     max_message_bytes: the largest request body, refused (413) before it is read past that (the app the
-    JEVANY_* settings name takes JEVANY_MAX_MESSAGE_BYTES instead)."""
+    JEVANY_* settings name takes JEVANY_MAX_MESSAGE_BYTES instead). dialect: where JevAny's API and
+    TypeSafe's Jev API differ, whose choice ("jevany" or "typesafe", gateway/dialects.py)."""
     if model is not None and (checkpoint is not None or options):
         raise ValueError("pass either a loaded model or checkpoint loading options")
-    settings = {"http_cors_origins": cors_origins, "max_message_bytes": max_message_bytes}
+    if dialect not in DIALECTS:
+        raise ValueError(f"dialect must be one of {', '.join(DIALECTS)}, got {dialect!r}")
+    settings = {"http_cors_origins": cors_origins, "max_message_bytes": max_message_bytes, "http_dialect": dialect}
     if model is not None:
         backend = InProcess(model)
     elif checkpoint is not None:
@@ -64,7 +68,8 @@ def _from_environment(**refused) -> FastAPI:
                          "jevany-daemon serve --media-root")
     token = Path(s.http_token_file).read_text(encoding="utf-8").strip() if s.http_token_file else None
     backend = InProcess(load=lambda: JevModel.from_settings(s))
-    settings = {"http_cors_origins": s.http_cors_origins, "max_message_bytes": s.max_message_bytes}
+    settings = {"http_cors_origins": s.http_cors_origins, "max_message_bytes": s.max_message_bytes,
+                "http_dialect": s.http_dialect}
     return _routes(Gateway(backend, settings, token, metrics_url=None))
 
 

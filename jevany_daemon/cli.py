@@ -264,6 +264,10 @@ def serve(
     http_cors_origins: str = typer.Option(None, "--http-cors-origins", help="Origins a browser page may call the "
                                           "HTTP routes from, comma-separated (https://app.example); '' for none. "
                                           "[default: *, every origin, as JevAny]", show_default=False),
+    http_dialect: str = typer.Option(None, "--http-dialect", help="Where JevAny's HTTP API and TypeSafe's Jev "
+                                     "API differ (score confidence, extra fields, error bodies), whose choice: "
+                                     "jevany, or typesafe (strict: the Jev API's reference). "
+                                     "[default: jevany]", show_default=False),
     host: str = typer.Option(None, "--host", help="JevAny's --host: with --port, the same as --http HOST:PORT. "
                              "[default: 127.0.0.1 when --port is given]", show_default=False),
     port: int = typer.Option(None, "--port", help="JevAny's --port: with --host, the same as --http HOST:PORT. "
@@ -360,7 +364,7 @@ def serve(
                  choice_max_tokens=choice_max_tokens, media_root=media_root, media_max_bytes=media_max_bytes,
                  media_total_bytes=media_total_bytes, media_max_pixels=media_max_pixels,
                  media_max_video_frames=media_max_video_frames, media_check_timeout=media_check_timeout,
-                 http_cors_origins=http_cors_origins, lora_scale=lora_scale, merge=merge, merge_bf16=merge_bf16,
+                 http_cors_origins=http_cors_origins, http_dialect=http_dialect, lora_scale=lora_scale, merge=merge, merge_bf16=merge_bf16,
                  attn=attn, base_load_path=base_load_path, shape_plan=shape_plan, compile=compile,
                  cuda_graphs=cuda_graphs, cuda_graph_max_tokens=cuda_graph_max_tokens, warmup_limit=warmup_limit,
                  simulate_accelerator=simulate_accelerator)

@@ -94,11 +94,11 @@ class JevModel:
         Unknown fields are ignored, as JevAny's request model ignores them; a body it would refuse
         raises pydantic's ValidationError (a ValueError), the daemon's refusals their typed errors.
         """
-        from jevany_daemon.gateway.jevany_view import answer_body
+        from jevany_daemon.gateway.dialects import answer_body
         from jevany_daemon.gateway.shapes import SystemOneRequest
 
         body = request.model_dump() if hasattr(request, "model_dump") else request
-        return answer_body(self.engine.decide(SystemOneRequest.model_validate(body).to_body()), additions=False)
+        return answer_body(self.engine.decide(SystemOneRequest.model_validate(body).to_body()), "jevany", additions=False)
 
     def system_one(self, state: Any, questions: Mapping, *, model: str | None = None,
                    media: list | None = None) -> dict:

@@ -5,6 +5,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from .errors import InternalError
+from .render import render
 from .schema import Question
 
 
@@ -47,6 +48,12 @@ def _noul(q: Question, p: list[float]) -> dict[str, Any]:
     }
 
 
+def legend_level(level: Any) -> Any:
+    """A score level as its legend shows it: as sent, but a null as the text the model read (render's
+    ""): the Jev API's clients refuse a null legend value (typesafe-sdk), where JevAny wrote null."""
+    return render(level) if level is None else level
+
+
 def _score(q: Question, p: list[float]) -> dict[str, Any]:
     keys = q.keys
     mode = _first_argmax(p)
@@ -54,7 +61,7 @@ def _score(q: Question, p: list[float]) -> dict[str, Any]:
     return {
         "type": "score",
         "score": _round2(sum(i * pi for i, pi in enumerate(p))),
-        "legend": dict(zip(keys, q.criteria)),
+        "legend": {key: legend_level(level) for key, level in zip(keys, q.criteria)},
         "probabilities": dict(zip(keys, p)),
         "confidence": _round2(1.0 - spread / (len(p) - 1)),
     }

@@ -16,6 +16,9 @@ from .date_facts import TooLong, with_date_facts
 from .prompts import Encoded, Failed
 
 LATEST_ALIAS = "jevany-latest"
+# The names TypeSafe's clients send for the current model (typesafe-sdk's default, and its box example's):
+# a caller pointed here unchanged gets this deployment, as it does from any Jev API server.
+JEV_ALIASES = ("jev-latest", "jev-preview")
 MAX_MEDIA_QUESTIONS = 1     # JevAny's: a media request is scored alone, with one question
 # JevAny's words for a question with more options than the readout reads.
 OPTION_CAP = {"choice": "exact choice-token readout supports at most {n} options",
@@ -130,7 +133,7 @@ class Admission:
 
     def _check_model(self, request: DecisionRequest) -> None:
         model = self.engine.model
-        if request.model not in (None, model.model_id, LATEST_ALIAS):
+        if request.model not in (None, model.model_id, LATEST_ALIAS, *JEV_ALIASES):
             raise UnknownModelError(
                 f"unknown model {request.model!r}; this deployment serves {model.model_id!r}"
             )

@@ -35,6 +35,7 @@ def describe(engine) -> dict:
         "choice_readout": _choice(engine),
         "letter_readout": _choice(engine),                     # JevAny's legacy name for the same
         "date_facts": engine.config.date_facts,
+        "release_date": m.info.get("release_date"),     # the day its files were written
         # JevAny's description (its runtime.py describe()), under its names where ours differ
         "run": m.source,
         "base": m.info.get("named_base"),

@@ -8,9 +8,12 @@ the supervisor never imports an HTTP stack.
     shapes.py       JevAny's request body as pydantic models (its 422s, our OpenAPI)
     upstream.py     one DEALER to the supervisor, many requests in flight over it
     replies.py      protocol error codes → HTTP status, headers and detail
-    jevany_view.py  the /v1/models entry and the answer body, in JevAny's shapes
+    jevany_view.py  the /v1/models entry and the answer headers, in JevAny's shapes
+    dialects.py     where JevAny's API and TypeSafe's Jev API differ: answer and error bodies (--http-dialect)
+    encodings.py    compressed request bodies (zstd, gzip), decoded within --max-message-bytes
     app.py          the routes (CORS as JevAny's)
     guard.py        before the routes: the token from the headers, then the body's size and counts
+    field_headers.py on every response: its request id, and Retry-After when busy (the Jev API's clients)
     connections.py  how many connections, for how long, with headers how big
     process.py      the process: uvicorn on the socket the supervisor bound
     embedded.py     the routes on a model in this process instead (jevany_daemon.asgi)

@@ -19,15 +19,18 @@ from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from jevany_client.errors import JevanyError
 
 from jevany_daemon import __version__
 from jevany_daemon.server.validation import cors_origins
 
+from .field_headers import REQUEST_ID_HEADER, FieldHeaders
 from .guard import RequestGuard
-from .jevany_view import (ADDITIONS_HEADER, BATCH_SIZE_HEADER, PADDED_TOKENS_HEADER, answer_body, answer_headers,
-                          models_body, wants_additions)
+from .dialects import answer_body
+from .jevany_view import (ADDITIONS_HEADER, BATCH_SIZE_HEADER, PADDED_TOKENS_HEADER, answer_headers, models_body,
+                          wants_additions)
 from .replies import ERROR_CODE_HEADER, JEVANY_ERROR_HEADER, TIMEOUT_HEADER, error_response, from_error
 from .shapes import SystemOneRequest
 from .upstream import TooLarge, Upstream
@@ -46,6 +49,7 @@ class Gateway:
         self.token = token
         self.metrics_url = metrics_url
         self.ready = False        # once ready, a daemon stays so for HTTP (a reload keeps serving)
+        self.dialect = settings.get("http_dialect", "jevany")
 
     async def is_ready(self) -> bool:
         """Whether the model has loaded; asks the daemon until the first yes, then remembers it."""
@@ -83,14 +87,17 @@ def create_app(gateway: Gateway) -> FastAPI:
     # checked before FastAPI reads a byte of the body (guard.py), in the daemon's gateway and in an
     # embedded app alike; the only token check. Inside CORS (added after, so outside it): a refusal
     # carries CORS's headers, and CORS answers a browser's preflight, which carries no token.
-    app.add_middleware(RequestGuard, token=gateway.token, max_body_bytes=gateway.settings["max_message_bytes"])
+    app.add_middleware(RequestGuard, token=gateway.token, max_body_bytes=gateway.settings["max_message_bytes"],
+                       dialect=gateway.dialect)
     # JevAny lets a page from any origin call it (CORSMiddleware, everything allowed); so do we,
     # unless --http-cors-origins narrows it. Our headers are exposed, so a page can read them.
     origins = cors_origins(gateway.settings.get("http_cors_origins", "*"))
     if origins:
         app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["*"], allow_headers=["*"],
                            expose_headers=[ERROR_CODE_HEADER, JEVANY_ERROR_HEADER, "Retry-After",
-                                           BATCH_SIZE_HEADER, PADDED_TOKENS_HEADER])
+                                           BATCH_SIZE_HEADER, PADDED_TOKENS_HEADER, REQUEST_ID_HEADER])
+    # Outermost: every response, a refusal or a preflight too, has its request id and, when busy, when to retry.
+    app.add_middleware(FieldHeaders)
 
     @app.exception_handler(RequestValidationError)
     async def invalid_body(_request: Request, exc: RequestValidationError):
@@ -98,6 +105,14 @@ def create_app(gateway: Gateway) -> FastAPI:
         detail = jsonable_encoder(exc.errors(), custom_encoder={
             float: lambda v: v if math.isfinite(v) else str(v)})
         return JSONResponse({"detail": detail}, status_code=422, headers={ERROR_CODE_HEADER: "invalid_request"})
+
+    @app.exception_handler(StarletteHTTPException)
+    async def http_error(_request: Request, exc: StarletteHTTPException):
+        # An unknown route or method: the dialect's error body (typesafe: detail.error_type and message).
+        code = "not_found" if exc.status_code == 404 else "invalid_request"
+        response = error_response(code, str(exc.detail), gateway.dialect, status=exc.status_code)
+        response.headers.update(exc.headers or {})
+        return response
 
     @app.post("/v1/systemone")
     async def systemone(request: SystemOneRequest,
@@ -108,32 +123,35 @@ def create_app(gateway: Gateway) -> FastAPI:
                                                        description="1: the answer with our additions (batch, "
                                                                    "noul's probabilities) beside JevAny's fields.")):
         """Typed questions in, typed answers out, one prefill pass (JevAny's route)."""
+        if (unsupported := request.unsupported()) is not None:
+            code, where, why = unsupported
+            return error_response(code, why, gateway.dialect, loc=where)
         if not await gateway.is_ready():
-            return JSONResponse({"detail": "model is not ready"}, status_code=503)
+            return error_response("not_ready", "model is not ready", gateway.dialect)
         try:
             timeout = _timeout_ms(timeout_ms)
         except ValueError as exc:
-            return error_response("invalid_request", str(exc))
+            return error_response("invalid_request", str(exc), gateway.dialect)
         wait_s = DECIDE_WAIT_S if timeout is None else timeout / 1000 + DECIDE_WAIT_S
         try:
             result = await gateway.upstream.call("decide", request.to_body(), timeout_ms=timeout, wait_s=wait_s)
             # Already plain JSON types (msgpack's); straight to the encoder, which refuses NaN.
-            return JSONResponse(answer_body(result, wants_additions(additions)), headers=answer_headers(result))
+            return JSONResponse(answer_body(result, gateway.dialect, wants_additions(additions)),
+                                headers=answer_headers(result))
         except TooLarge as exc:
-            return JSONResponse({"detail": str(exc)}, status_code=413,
-                                headers={ERROR_CODE_HEADER: "invalid_request"})
+            return error_response("invalid_request", str(exc), gateway.dialect, status=413)
         except JevanyError as exc:
-            return from_error(exc)
+            return from_error(exc, gateway.dialect)
 
     @app.get("/v1/models")
     async def models():
         """The loaded model: {"models": [description]}, with the media policy in its limits."""
         if not await gateway.is_ready():
-            return JSONResponse({"detail": "model is not ready"}, status_code=503)
+            return error_response("not_ready", "model is not ready", gateway.dialect)
         try:
             return JSONResponse(models_body(await gateway.upstream.call("models", wait_s=STATUS_WAIT_S)))
         except JevanyError as exc:
-            return from_error(exc)
+            return from_error(exc, gateway.dialect)
 
     @app.get("/health")
     async def health():
@@ -151,12 +169,12 @@ def create_app(gateway: Gateway) -> FastAPI:
     @app.get("/metrics", include_in_schema=False)
     async def metrics():
         if gateway.metrics_url is None:
-            return JSONResponse({"detail": "metrics are off; start the daemon with --metrics-port"},
-                                status_code=404)
+            return error_response("not_found", "metrics are off; start the daemon with --metrics-port",
+                                  gateway.dialect)
         try:
             body, content_type = await asyncio.to_thread(_fetch, gateway.metrics_url)
         except OSError as exc:
-            return error_response("internal", f"the daemon's metrics could not be read: {exc}")
+            return error_response("internal", f"the daemon's metrics could not be read: {exc}", gateway.dialect)
         return Response(body, media_type=content_type)
 
     return app

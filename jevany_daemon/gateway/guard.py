@@ -13,6 +13,10 @@ embedded app alike:
   and for a streamed body as soon as it passes it, never buffering more;
 - holds at most BODY_BUDGET bytes of bodies across requests, else 429 with
   Retry-After: a thousand concurrent 8 MB bodies are not 8 GB of gateway;
+- decodes a compressed body (Content-Encoding zstd or gzip, encodings.py)
+  to at most --max-message-bytes, so the routes see it plain;
+- refuses images sent as multipart assets (typesafe-sdk's form) with a
+  typed 422: media is read by path under --media-root, never uploaded;
 - counts a JSON body's maps, arrays and values before it is parsed, and
   refuses past the daemon's own caps (protocol.py) with its 422: a body of
   2.7 million empty maps would cost seconds of the gateway's one event loop;
@@ -28,16 +32,22 @@ import re
 
 from jevany_client.protocol import MAX_CONTAINERS, MAX_VALUES
 
+from .dialects import error_body
+from .encodings import BodyEncodingError, decode
 from .replies import ERROR_CODE_HEADER, RETRY_AFTER_S
 
 PUBLIC_PATHS = frozenset(("/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"))
 BODY_BUDGET_MESSAGES = 8        # bodies of --max-message-bytes the gateway may hold at once
+MULTIPART_REFUSED = ("images sent as multipart/form-data assets are not served: this daemon reads media by "
+                     "path, as JevAny's `media` entries ({\"type\": \"image\", \"uri\": PATH}) under the "
+                     "directory its --media-root names, on a model that reads images; send the request as "
+                     "JSON")
 _STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
 
 
 class RequestGuard:
-    def __init__(self, app, token: str | None, max_body_bytes: int):
-        self.app, self.token, self.max_body = app, token, max_body_bytes
+    def __init__(self, app, token: str | None, max_body_bytes: int, dialect: str = "jevany"):
+        self.app, self.token, self.max_body, self.dialect = app, token, max_body_bytes, dialect
         self.budget = max_body_bytes * BODY_BUDGET_MESSAGES
         self.holding = 0
 
@@ -46,25 +56,36 @@ class RequestGuard:
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
         if self.token is not None and _route_path(scope) not in PUBLIC_PATHS and not self._authorized(headers):
-            return await _refuse(send, 401, "unauthorized", "a valid 'Authorization: Bearer TOKEN' header is "
+            return await _refuse(send, self.dialect, 401, "unauthorized", "a valid 'Authorization: Bearer TOKEN' header is "
                                  "required", {b"www-authenticate": b"Bearer"})
         declared = _content_length(headers)
         if declared is not None and declared > self.max_body:
-            return await _refuse(send, 413, "invalid_request", _too_large(declared, self.max_body))
+            return await _refuse(send, self.dialect, 413, "invalid_request", _too_large(declared, self.max_body))
         if not _has_body(scope, headers, declared):
             return await self.app(scope, receive, _local_redirects(send))
         reserve = declared if declared is not None else self.max_body
+        encoded = headers.get(b"content-encoding", b"").strip().lower() not in (b"", b"identity")
+        if encoded:
+            reserve += self.max_body      # what it decodes to, at most
         if self.holding + reserve > self.budget:
-            return await _refuse(send, 429, "overloaded", "the HTTP gateway holds as many request bodies as it "
+            return await _refuse(send, self.dialect, 429, "overloaded", "the HTTP gateway holds as many request bodies as it "
                                  "may; retry later", {b"retry-after": RETRY_AFTER_S.encode()})
         self.holding += reserve
         try:
             body = await self._read(receive)
             if body is None:
-                return await _refuse(send, 413, "invalid_request", _too_large(None, self.max_body))
+                return await _refuse(send, self.dialect, 413, "invalid_request", _too_large(None, self.max_body))
+            if encoded:
+                try:
+                    body = decode(body, headers[b"content-encoding"].decode("latin-1"), self.max_body)
+                except BodyEncodingError as exc:
+                    return await _refuse(send, self.dialect, exc.status, "invalid_request", str(exc))
+                scope = _decoded_scope(scope, len(body))
+            if _is_multipart(headers):
+                return await _refuse(send, self.dialect, 422, "unsupported_media", MULTIPART_REFUSED)
             problem = _count_problem(body) if _is_json(headers) else None
             if problem is not None:
-                return await _refuse(send, 422, "invalid_request", problem)
+                return await _refuse(send, self.dialect, 422, "invalid_request", problem)
             return await self.app(scope, _replay(body, receive), _local_redirects(send))
         finally:
             self.holding -= reserve
@@ -97,6 +118,16 @@ def _content_length(headers: dict) -> int | None:
 
 def _has_body(scope, headers: dict, declared: int | None) -> bool:
     return scope["method"] in ("POST", "PUT", "PATCH") or b"transfer-encoding" in headers or bool(declared)
+
+
+def _is_multipart(headers: dict) -> bool:
+    return headers.get(b"content-type", b"").split(b";")[0].strip().lower() == b"multipart/form-data"
+
+
+def _decoded_scope(scope, size: int):
+    """The request as the routes see it once decoded: no Content-Encoding, the decoded length."""
+    headers = [(k, v) for k, v in scope["headers"] if k.lower() not in (b"content-encoding", b"content-length")]
+    return {**scope, "headers": [*headers, (b"content-length", str(size).encode())]}
 
 
 def _is_json(headers: dict) -> bool:
@@ -167,8 +198,8 @@ def _route_path(scope) -> str:
     return path
 
 
-async def _refuse(send, status: int, code: str, message: str, extra: dict | None = None) -> None:
-    body = json.dumps({"detail": message}).encode()
+async def _refuse(send, dialect: str, status: int, code: str, message: str, extra: dict | None = None) -> None:
+    body = json.dumps(error_body(dialect, status, code, message)).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                (ERROR_CODE_HEADER.lower().encode(), code.encode()), (b"connection", b"close"),
                *(extra or {}).items()]

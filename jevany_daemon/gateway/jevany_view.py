@@ -7,23 +7,24 @@ and `prefix_cache.size` is the configured capacity (ours counts the states
 held, which JevAny calls cached_states). Our other fields stay: JevAny's
 clients read what they know and pass over the rest.
 
-An answer body is JevAny's exactly: model, answers (JevAny's keys, in its
-order), usage, latency_ms. JevAny's own tests compare answers for equality, so
-our additions (noul's probabilities, the pass's batch) leave the body: the
-batch goes in headers, and a caller who wants the protocol's result whole asks
-with `X-Jevany-Daemon-Additions: 1`.
+An answer body is JevAny's exactly (dialects.py): model, answers (JevAny's
+keys, in its order), usage, latency_ms. JevAny's own tests compare answers for
+equality, so our additions (noul's probabilities, the pass's batch) leave the
+body: the batch goes in headers, and a caller who wants the protocol's result
+whole asks with `X-Jevany-Daemon-Additions: 1`.
 """
-from jevany_client.answers import jevany_answers
-
 ADDITIONS_HEADER = "X-Jevany-Daemon-Additions"
 BATCH_SIZE_HEADER = "X-Jevany-Daemon-Batch-Size"
 PADDED_TOKENS_HEADER = "X-Jevany-Daemon-Padded-Tokens"
-JEVANY_BODY = ("model", "answers", "usage", "latency_ms")
 
 
 def model_entry(description: dict) -> dict:
-    """A models-op description as JevAny's /v1/models entry."""
+    """A models-op description as JevAny's /v1/models entry, with the fields the Jev API's clients read
+    (name, description, release_date: typesafe-sdk's model list)."""
     entry = dict(description)
+    entry["name"] = description.get("id", "")
+    entry["description"] = _described(description)
+    entry["release_date"] = description.get("release_date") or ""
     entry["readout"] = "choice" if description.get("readout") == "choice" else "native"
     ours = description.get("prefix_cache") or {}
     # JevAny's keys, always; its counters null where the daemon keeps them off the public endpoints
@@ -34,17 +35,13 @@ def model_entry(description: dict) -> dict:
     return entry
 
 
+def _described(d: dict) -> str:
+    what = "a decision model" + (" with random weights (the demo)" if d.get("random_weights") else "")
+    return f"{what}: {d.get('readout')} readout, {d.get('dtype')}, served by jevany-daemon from {d.get('source')}"
+
+
 def models_body(models: dict) -> dict:
     return {**models, "models": [model_entry(d) for d in models.get("models", [])]}
-
-
-def answer_body(result: dict, additions: bool) -> dict:
-    """A decide result as JevAny's response body; the protocol's result as it is when additions are asked for."""
-    if additions:
-        return result
-    body = {key: result[key] for key in JEVANY_BODY}
-    body["answers"] = jevany_answers(result["answers"])
-    return body
 
 
 def answer_headers(result: dict) -> dict:

@@ -12,6 +12,8 @@ from fastapi.responses import JSONResponse
 
 from jevany_client.errors import JevanyError
 
+from .dialects import error_body, error_status
+
 ERROR_CODE_HEADER = "X-Jevany-Daemon-Error"
 JEVANY_ERROR_HEADER = "X-JevAny-Error-Code"
 JEVANY_CODES = {"context_length_exceeded"}     # the only code JevAny's header carries
@@ -33,18 +35,24 @@ STATUS = {
     "deadline_exceeded": 504,
     "timeout": 504,             # the gateway gave up waiting on the daemon
     "internal": 500,
+    "not_ready": 503,           # the gateway's own: the model has not loaded yet
+    "not_found": 404,           # the gateway's own: no such route, or metrics off
 }
-RETRY_AFTER = {"overloaded", "worker_lost"}
+RETRY_AFTER = {"overloaded", "worker_lost", "shutting_down", "not_ready"}
 
 
-def error_response(code: str, message: str) -> JSONResponse:
+def error_response(code: str, message: str, dialect: str = "jevany", status: int | None = None,
+                   loc: list | None = None) -> JSONResponse:
+    """An error as the dialect writes its body (dialects.py), with our headers; status: STATUS's by default;
+    loc: where in the body the problem is."""
+    status = status or error_status(dialect, code, STATUS.get(code, 500))
     headers = {ERROR_CODE_HEADER: code}
     if code in JEVANY_CODES:
         headers[JEVANY_ERROR_HEADER] = code
     if code in RETRY_AFTER:
         headers["Retry-After"] = RETRY_AFTER_S
-    return JSONResponse({"detail": message}, status_code=STATUS.get(code, 500), headers=headers)
+    return JSONResponse(error_body(dialect, status, code, message, loc), status_code=status, headers=headers)
 
 
-def from_error(exc: JevanyError) -> JSONResponse:
-    return error_response(exc.code, exc.message)
+def from_error(exc: JevanyError, dialect: str = "jevany") -> JSONResponse:
+    return error_response(exc.code, exc.message, dialect)

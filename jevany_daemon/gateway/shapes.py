@@ -70,7 +70,14 @@ class Score(BaseModel):
     criteria: list[Content] = Field(min_length=2, max_length=MAX_OPTIONS)
 
 
-Question = Annotated[Union[Noul, Choice, Score], Field(discriminator="type")]
+class Box(BaseModel):
+    """The Jev API's box question (typesafe-sdk 0.7.5): where something is in an image. Parsed so that
+    it is refused by name (SystemOneRequest.unsupported), not as an unknown type."""
+    type: Literal["box"] = "box"
+    instructions: Content = None
+
+
+Question = Annotated[Union[Noul, Choice, Score, Box], Field(discriminator="type")]
 
 
 class Media(BaseModel):
@@ -84,9 +91,26 @@ class SystemOneRequest(BaseModel):
     model: str = Field(default="jevany-latest", min_length=1)
     media: list[Media] = Field(default_factory=list, max_length=MAX_MEDIA)
     questions: dict[str, Question] = Field(min_length=1, max_length=MAX_QUESTIONS)
+    # The Jev API's images, each naming a part of a multipart body: refused (unsupported), never dropped.
+    assets: dict[str, Any] | None = None
+
+    def unsupported(self) -> tuple[str, list, str] | None:
+        """What a valid request asks that this daemon does not serve: (code, where, why), or None."""
+        if self.assets:
+            return ("unsupported_media", ["body", "assets"],
+                    "images sent as assets are not served: this daemon reads media by path, as JevAny's "
+                    "`media` entries under the directory its --media-root names, on a model that reads images")
+        for qid, q in self.questions.items():
+            if q.type == "box":
+                return ("invalid_request", ["body", "questions", qid, "type"],
+                        f"question {qid!r} is a box question (where something is in an image); a decision "
+                        "model answers noul, choice and score questions only")
+        return None
 
     def to_body(self) -> dict:
         """The strict protocol-v1 decide body: only the fields the daemon knows."""
+        if (unsupported := self.unsupported()) is not None:
+            raise ValueError(unsupported[2])
         questions = {}
         for qid, q in self.questions.items():
             question = {"type": q.type, "instructions": q.instructions}

@@ -10,6 +10,7 @@ multi-gigabyte load. Every failure is a ModelLoadError naming the source.
 """
 from __future__ import annotations
 
+import datetime
 import logging
 import re
 import time
@@ -81,6 +82,16 @@ def parse_device(device: str) -> torch.device:
     return torch.device("cuda", index)
 
 
+def _written_on(location) -> str | None:
+    """The day (UTC, ISO) a model's files were written (for a hub snapshot, downloaded): the release date
+    the field's /v1/models gives each model; None where there are no files here (a hub id loaded by name)."""
+    directory = Path(location)
+    dates = [f.stat().st_mtime for name in (HEAD_FILE, "config.json") if (f := directory / name).is_file()]
+    if not dates:
+        return None
+    return datetime.datetime.fromtimestamp(max(dates), datetime.timezone.utc).date().isoformat()
+
+
 def load_model(
     source: str,
     readout: str | None = None,
@@ -138,6 +149,7 @@ def load_model(
     model.info["linear_attention"] = kernels.describe(paths)
     model.info["linear_attention_kernels"] = _kernel_packages(paths)
     model.info["device_map"] = device_map
+    model.info["release_date"] = _written_on(location)
     for d in model.devices:
         kernels.no_cudnn_attention(d)
         if model.dtype == torch.float32:

@@ -59,6 +59,8 @@ class ServeSettings:
     http: str | None = None           # HOST:PORT of JevAny's HTTP routes (the gateway process); None: off
     http_token_file: str | None = None    # file holding the bearer token HTTP callers must send
     http_cors_origins: str = "*"      # origins a browser page may call the HTTP routes from (comma-separated); "": none
+    # Where JevAny's HTTP API and TypeSafe's Jev API differ, whose choice (gateway/dialects.py).
+    http_dialect: str = "jevany"
     # Media policy (JevAny's variables and defaults); off unless media_root is set.
     media_root: str | None = None
     media_max_bytes: int = 50 << 20          # per file

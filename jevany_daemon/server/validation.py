@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jevany_daemon.config import DEVICE_MAPS
+from jevany_daemon.gateway.dialects import DIALECTS
 from jevany_daemon.model.sources import local_problem
 
 from . import devices as device_names
@@ -218,6 +219,8 @@ def cors_origins(value: str) -> list[str]:
 
 def _validate_http(s: ServeSettings) -> None:
     cors_origins(s.http_cors_origins)
+    if s.http_dialect not in DIALECTS:
+        raise SettingsError(f"http_dialect must be one of {', '.join(DIALECTS)}, got {s.http_dialect!r}")
     if s.http is None:
         if s.http_token_file is not None:
             raise SettingsError("http_token_file guards the HTTP routes; it needs http (--http HOST:PORT)")

@@ -87,6 +87,12 @@ def test_score_answer():
     assert list(answer) == ["type", "score", "legend", "probabilities", "confidence"]
 
 
+def test_a_null_score_level_is_the_empty_text_the_model_read():
+    # The Jev API's clients refuse a null legend value (typesafe-sdk's pydantic model); JevAny wrote null.
+    answer = shape_answer(Question("mood", "score", None, ["calm", None]), [0.5, 0.5])
+    assert answer["legend"] == {"0": "calm", "1": ""}
+
+
 def test_score_confidence_uses_the_first_mode():
     # modes 0 and 1 tie; the first (0) gives E|i - 0| = 0.4 + 2*0.2 = 0.8, 1 - 0.8/2 = 0.6
     # (mode 1 would give 1 - 0.6/2 = 0.7)

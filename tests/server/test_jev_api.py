@@ -1,0 +1,226 @@
+"""TypeSafe's Jev API beside JevAny's: the names, fields, headers and bodies the field's clients read.
+
+An embedded app (a model in this process, the gateway's routes) in each
+dialect; the conformance suite and the official SDK against a real daemon
+are in test_jev_clients.py.
+"""
+import gzip
+import json
+
+import pytest
+from backports.zstd import compress
+
+from jevany_daemon.asgi import JevModel, create_app
+from jevany_daemon.config import EngineConfig
+from jevany_daemon.engine.engine import Engine
+from jevany_daemon.gateway.app import Gateway, create_app as routes
+from jevany_daemon.gateway.dialects import score_confidence
+from jevany_daemon.gateway.encodings import MAX_FRAMES
+
+from .asgi_thread import serving
+from .http_proc import Http
+
+QUESTIONS = {
+    "refund": {"type": "noul", "instructions": "Should we refund?"},
+    "team": {"type": "choice", "instructions": "Which team?", "criteria": {"Billing": None, "Shipping": "parcels"}},
+    "anger": {"type": "score", "instructions": "How angry?", "criteria": ["Calm", None, "Furious"]},
+}
+BODY = {"model": "jev-latest", "state": "My parcel is two weeks late and nobody answers.", "questions": QUESTIONS}
+
+
+@pytest.fixture(scope="module")
+def model(loaded_model):
+    return JevModel(Engine(loaded_model("qwen3", "pointer"), EngineConfig(max_batch_size=8)))
+
+
+@pytest.fixture(scope="module")
+def apps(model):
+    """(jevany port, typesafe port): one model, an app in each dialect."""
+    with serving(create_app(model=model)) as jevany, serving(create_app(model=model, dialect="typesafe")) as strict:
+        yield jevany, strict
+
+
+def post(port, body, headers=None, raw=None):
+    http = Http(port)
+    try:
+        return http.request("POST", "/v1/systemone", body, headers=headers, raw=raw)
+    finally:
+        http.close()
+
+
+def test_the_field_s_names_for_the_current_model_are_this_deployment(apps):
+    for name in ("jev-latest", "jev-preview", "jevany-latest"):
+        status, _, reply = post(apps[0], {**BODY, "model": name})
+        assert status == 200 and set(reply["answers"]) == set(QUESTIONS), (name, reply)
+    status, headers, reply = post(apps[0], {**BODY, "model": "jev-2"})
+    assert status == 422 and "unknown model 'jev-2'" in reply["detail"]
+    status, _, reply = post(apps[1], {**BODY, "model": "jev-2"})     # TypeSafe's reference: 400, api_usage_error
+    assert status == 400 and reply["detail"]["error_type"] == "api_usage_error"
+
+
+def test_a_null_score_level_gets_a_rendered_legend_in_both_dialects(apps):
+    for port in apps:
+        status, _, reply = post(port, BODY)
+        assert status == 200
+        assert reply["answers"]["anger"]["legend"] == {"0": "Calm", "1": "", "2": "Furious"}
+    numbered = {**BODY, "questions": {"anger": {"type": "score", "criteria": ["Calm", 2, True]}}}
+    assert post(apps[0], numbered)[2]["answers"]["anger"]["legend"] == {"0": "Calm", "1": 2, "2": True}   # JevAny's
+    assert post(apps[1], numbered)[2]["answers"]["anger"]["legend"] == {"0": "Calm", "1": "2", "2": "True"}
+
+
+def test_extra_fields_and_confidence_follow_the_dialect(apps):
+    status, _, jevany = post(apps[0], BODY)
+    assert status == 200 and list(jevany) == ["model", "answers", "usage", "latency_ms"]
+    status, _, strict = post(apps[1], BODY)
+    assert status == 200 and list(strict) == ["model", "answers", "usage", "x_latency_ms"]
+    # the same probabilities; only the score's confidence formula differs
+    for qid in QUESTIONS:
+        a, b = jevany["answers"][qid], strict["answers"][qid]
+        assert a.get("probabilities") == b.get("probabilities") and a.get("noul") == b.get("noul")
+    p = list(strict["answers"]["anger"]["probabilities"].values())
+    assert strict["answers"]["anger"]["confidence"] == round(score_confidence(p), 2)
+    mode = max(range(3), key=p.__getitem__)
+    assert jevany["answers"]["anger"]["confidence"] == round(1 - sum(q * abs(i - mode) for i, q in enumerate(p)) / 2, 2)
+    status, _, full = post(apps[1], BODY, headers={"X-Jevany-Daemon-Additions": "1"})
+    assert status == 200 and all(key.startswith("x_") for key in full if key not in ("model", "answers", "usage"))
+    assert "x_batch" in full and full["x_answers"]["refund"]["probabilities"]
+
+
+def test_score_confidence_is_typesafe_s_reference():
+    assert score_confidence([1.0, 0.0, 0.0]) == 1.0
+    assert score_confidence([0.0, 1.0]) == 1.0
+    # uniform over 3 levels: spread from the mode 0 is 1.0; the uniform's mean distance from the middle 2/3
+    assert score_confidence([1 / 3, 1 / 3, 1 / 3]) == 0.0          # clipped at 0
+    assert score_confidence([0.5, 0.5, 0.0]) == pytest.approx(1 - 0.5 / (2 / 3))
+
+
+def test_error_bodies_follow_the_dialect(apps):
+    bad = {**BODY, "questions": {"x": {"type": "choice", "criteria": "none"}}}
+    status, headers, reply = post(apps[0], bad)
+    assert status == 422 and isinstance(reply["detail"], list)          # FastAPI's, in both
+    status, _, jevany = post(apps[0], {**BODY, "state": "x " * 9000})    # the daemon's own refusal
+    status2, _, strict = post(apps[1], {**BODY, "state": "x " * 9000})
+    assert (status, status2) == (422, 422)
+    assert isinstance(jevany["detail"], str)
+    assert strict["detail"][0]["msg"] == jevany["detail"] and strict["detail"][0]["loc"][0] == "body"
+    http = Http(apps[1])
+    status, _, reply = http.request("GET", "/v1/nothing")
+    assert status == 404 and reply["detail"] == {"error_type": "not_found", "message": "Not Found"}
+    status, headers, reply = http.request("GET", "/v1/systemone")
+    assert status == 405 and reply["detail"]["error_type"] == "invalid_request_error" and "POST" in headers["allow"]
+    http.close()
+    http = Http(apps[0])
+    assert http.request("GET", "/v1/nothing")[::2] == (404, {"detail": "Not Found"})      # JevAny's, as it was
+    http.close()
+
+
+def test_a_wrong_token_is_refused_in_the_field_s_shape_in_both_dialects(model):
+    for dialect in ("jevany", "typesafe"):
+        with serving(create_app(model=model, token="s3cret", dialect=dialect)) as port:
+            status, headers, reply = post(port, BODY, headers={"Authorization": "Bearer nope"})
+            assert status == 401 and reply["detail"]["error_type"] == "authentication_error"
+            assert headers["x-typesafe-request-id"].startswith("req_")
+            assert post(port, BODY, headers={"Authorization": "Bearer s3cret"})[0] == 200
+
+
+def test_every_response_has_a_request_id_and_busy_ones_say_when_to_retry(apps):
+    http = Http(apps[0])
+    seen = set()
+    for method, path, body in (("POST", "/v1/systemone", BODY), ("GET", "/v1/models", None), ("GET", "/health", None),
+                               ("GET", "/nowhere", None), ("POST", "/v1/systemone", {"state": 1})):
+        status, headers, _ = http.request(method, path, body)
+        seen.add(headers["x-typesafe-request-id"])
+    assert len(seen) == 5
+    http.close()
+    # a daemon whose model is still loading: 503 with Retry-After, the field's overloaded_error
+    app = routes(Gateway(Loading(), {"max_message_bytes": 1 << 20, "http_dialect": "typesafe"}, None, None))
+    with serving(app) as port:
+        status, headers, reply = post(port, BODY)
+        assert status == 503 and headers["retry-after"] == "1" and headers["x-typesafe-request-id"]
+        assert reply["detail"]["error_type"] == "overloaded_error"
+
+
+class Loading:
+    """An upstream whose daemon is loading its model."""
+
+    def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    async def call(self, op: str, body=None, timeout_ms=None, wait_s=30.0) -> dict:
+        assert op == "status", f"a {op} reached a daemon that is not ready"
+        return {"state": "starting"}
+
+
+def test_models_entries_carry_what_the_sdk_and_jevany_s_tools_read(apps):
+    http = Http(apps[0])
+    status, _, reply = http.request("GET", "/v1/models")
+    http.close()
+    entry = reply["models"][0]
+    assert status == 200 and entry["name"] == entry["id"] and entry["description"].startswith("a decision model")
+    assert isinstance(entry["release_date"], str) and entry["readout"] == "native" and "limits" in entry
+    from typesafe_sdk import TypeSafeClient
+
+    with TypeSafeClient(api_key="none", base_url=f"http://127.0.0.1:{apps[1]}") as client:
+        assert [m.name for m in client.models.list().models] == [entry["id"]]
+
+
+def test_compressed_bodies_are_decoded_within_the_cap(apps):
+    plain = json.dumps(BODY).encode()
+    status, _, expected = post(apps[0], None, raw=plain, headers={"Content-Type": "application/json"})
+    assert status == 200
+    for encoding, packed in (("zstd", compress(plain)), ("gzip", gzip.compress(plain))):
+        status, _, reply = post(apps[0], None, raw=packed,
+                                headers={"Content-Type": "application/json", "Content-Encoding": encoding})
+        assert status == 200 and reply["answers"] == expected["answers"], encoding
+
+
+def test_a_zstd_bomb_is_refused_by_its_decoded_size(model):
+    import resource
+    import time
+
+    limit = 64 << 10
+    with serving(create_app(model=model, max_message_bytes=limit)) as port:
+        bomb = compress(b" " * (1 << 30))          # 1 GiB of spaces in about 32 kB
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        started = time.perf_counter()
+        status, headers, reply = post(port, None, raw=bomb, headers={"Content-Type": "application/json",
+                                                                     "Content-Encoding": "zstd"})
+        took = time.perf_counter() - started
+        grew = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before
+        assert status == 413 and "decodes (zstd) to more than 65,536 bytes" in reply["detail"]
+        assert grew < 64 << 10, f"decoding grew the process by {grew} kB"        # ru_maxrss is in kB
+        # One that does not declare its size in its header, streamed: decoded only to the cap.
+        from backports.zstd import ZstdCompressor
+        streamed = ZstdCompressor()
+        unsized = streamed.compress(b" " * (8 << 20)) + streamed.flush()
+        status, _, reply = post(port, None, raw=unsized, headers={"Content-Type": "application/json",
+                                                                  "Content-Encoding": "zstd"})
+        assert status == 413
+        for raw, encoding, expect in ((b"\x28\xb5\x2f\xfd junk", "zstd", 400), (compress(b"{}")[:-2], "zstd", 400),
+                                      (compress(b"") * (MAX_FRAMES + 1), "zstd", 400), (b"{}", "br", 415)):
+            status, headers, reply = post(port, None, raw=raw, headers={"Content-Type": "application/json",
+                                                                        "Content-Encoding": encoding})
+            assert status == expect and headers["x-jevany-daemon-error"] == "invalid_request", (raw[:8], reply)
+        assert took < 5
+
+
+def test_images_as_assets_and_box_questions_get_a_typed_422(apps):
+    from typesafe_sdk._core.multipart import Part, encode_multipart
+
+    body = {**BODY, "assets": {"photo": {"type": "image", "part": "asset-0"}}}
+    kind, raw = encode_multipart([Part("request", "application/json", json.dumps(body).encode()),
+                                  Part("asset-0", "image/png", b"\x89PNG\r\n\x1a\n", "asset-0")])
+    for port in apps:
+        status, headers, reply = post(port, None, raw=raw, headers={"Content-Type": kind})
+        assert status == 422 and headers["x-jevany-daemon-error"] == "unsupported_media"
+        assert "assets are not served" in json.dumps(reply)
+        status, headers, reply = post(port, body)                  # assets named in a JSON body: not dropped
+        assert status == 422 and headers["x-jevany-daemon-error"] == "unsupported_media"
+        box = {**BODY, "questions": {**QUESTIONS, "dog": {"type": "box", "instructions": "The dog"}}}
+        status, headers, reply = post(port, box)
+        assert status == 422 and "'dog' is a box question" in json.dumps(reply)
+    strict = post(apps[1], box)[2]
+    assert strict["detail"][0]["loc"] == ["body", "questions", "dog", "type"]
