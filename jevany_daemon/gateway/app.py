@@ -1,6 +1,7 @@
 """JevAny's HTTP routes, answered through the supervisor's queue (or, embedded, by a model in this process).
 
     POST /v1/systemone   a decide request (JevAny's body); its answer in JevAny's shape, or 4xx/5xx with `detail`
+    POST /v1/decisions   OpenAI's Decisions API (a preview): the same questions, in its shapes (decisions.py)
     GET  /v1/models      {"models": [entry]} (the models op's description as JevAny's, media policy in `limits`)
     GET  /health         200 {"status": "ready"}; 503 "loading", "draining" or "unavailable"
     GET  /metrics        the daemon's Prometheus metrics (when --metrics-port is set)
@@ -26,9 +27,10 @@ from jevany_client.errors import JevanyError
 from jevany_daemon import __version__
 from jevany_daemon.server.validation import cors_origins
 
+from .decisions import DecisionsRequest, usage as decisions_usage
+from .dialects import OPENAI, answer_body
 from .field_headers import REQUEST_ID_HEADER, FieldHeaders
-from .guard import RequestGuard
-from .dialects import answer_body
+from .guard import RequestGuard, dialect_for
 from .jevany_view import (ADDITIONS_HEADER, BATCH_SIZE_HEADER, PADDED_TOKENS_HEADER, answer_headers, models_body,
                           wants_additions)
 from .replies import ERROR_CODE_HEADER, JEVANY_ERROR_HEADER, TIMEOUT_HEADER, error_response, from_error
@@ -100,19 +102,40 @@ def create_app(gateway: Gateway) -> FastAPI:
     app.add_middleware(FieldHeaders)
 
     @app.exception_handler(RequestValidationError)
-    async def invalid_body(_request: Request, exc: RequestValidationError):
+    async def invalid_body(request: Request, exc: RequestValidationError):
         # The offending input is echoed back; a NaN in it must not break the JSON encoder.
         detail = jsonable_encoder(exc.errors(), custom_encoder={
             float: lambda v: v if math.isfinite(v) else str(v)})
+        if dialect_for(request.scope, gateway.dialect) == OPENAI:
+            first = detail[0] if detail else {}
+            return error_response("invalid_request", first.get("msg", "invalid request"), OPENAI,
+                                  loc=first.get("loc"))
         return JSONResponse({"detail": detail}, status_code=422, headers={ERROR_CODE_HEADER: "invalid_request"})
 
     @app.exception_handler(StarletteHTTPException)
-    async def http_error(_request: Request, exc: StarletteHTTPException):
+    async def http_error(request: Request, exc: StarletteHTTPException):
         # An unknown route or method: the dialect's error body (typesafe: detail.error_type and message).
         code = "not_found" if exc.status_code == 404 else "invalid_request"
-        response = error_response(code, str(exc.detail), gateway.dialect, status=exc.status_code)
+        response = error_response(code, str(exc.detail), dialect_for(request.scope, gateway.dialect),
+                                  status=exc.status_code)
         response.headers.update(exc.headers or {})
         return response
+
+    async def decide(body: dict, timeout_ms: str | None, dialect: str) -> dict | JSONResponse:
+        """A decide request through the daemon's queue: its result, or the error response to send."""
+        if not await gateway.is_ready():
+            return error_response("not_ready", "model is not ready", dialect)
+        try:
+            timeout = _timeout_ms(timeout_ms)
+        except ValueError as exc:
+            return error_response("invalid_request", str(exc), dialect)
+        wait_s = DECIDE_WAIT_S if timeout is None else timeout / 1000 + DECIDE_WAIT_S
+        try:
+            return await gateway.upstream.call("decide", body, timeout_ms=timeout, wait_s=wait_s)
+        except TooLarge as exc:
+            return error_response("invalid_request", str(exc), dialect, status=413)
+        except JevanyError as exc:
+            return from_error(exc, dialect)
 
     @app.post("/v1/systemone")
     async def systemone(request: SystemOneRequest,
@@ -126,22 +149,29 @@ def create_app(gateway: Gateway) -> FastAPI:
         if (unsupported := request.unsupported()) is not None:
             code, where, why = unsupported
             return error_response(code, why, gateway.dialect, loc=where)
-        if not await gateway.is_ready():
-            return error_response("not_ready", "model is not ready", gateway.dialect)
-        try:
-            timeout = _timeout_ms(timeout_ms)
-        except ValueError as exc:
-            return error_response("invalid_request", str(exc), gateway.dialect)
-        wait_s = DECIDE_WAIT_S if timeout is None else timeout / 1000 + DECIDE_WAIT_S
-        try:
-            result = await gateway.upstream.call("decide", request.to_body(), timeout_ms=timeout, wait_s=wait_s)
-            # Already plain JSON types (msgpack's); straight to the encoder, which refuses NaN.
-            return JSONResponse(answer_body(result, gateway.dialect, wants_additions(additions)),
-                                headers=answer_headers(result))
-        except TooLarge as exc:
-            return error_response("invalid_request", str(exc), gateway.dialect, status=413)
-        except JevanyError as exc:
-            return from_error(exc, gateway.dialect)
+        result = await decide(request.to_body(), timeout_ms, gateway.dialect)
+        if isinstance(result, JSONResponse):
+            return result
+        # Already plain JSON types (msgpack's); straight to the encoder, which refuses NaN.
+        return JSONResponse(answer_body(result, gateway.dialect, wants_additions(additions)),
+                            headers=answer_headers(result))
+
+    @app.post("/v1/decisions")
+    async def decisions(request: DecisionsRequest,
+                        timeout_ms: str | None = Header(default=None, alias=TIMEOUT_HEADER,
+                                                        description="Give up unless scoring begins within "
+                                                                    "this many milliseconds (504).")):
+        """OpenAI's Decisions API (a preview): the same model, queue and batches as /v1/systemone."""
+        if request.images():
+            return error_response("unsupported_media", "input_image parts are not served: this daemon reads "
+                                  "media by path under its --media-root (JevAny's media entries on "
+                                  "/v1/systemone)", OPENAI, loc=["body", "input"])
+        result = await decide(request.to_body(), timeout_ms, OPENAI)
+        if isinstance(result, JSONResponse):
+            return result
+        shown = answer_body(result, gateway.dialect, additions=False)["answers"]
+        return JSONResponse({"model": result["model"], "answers": request.answers(result["answers"], shown),
+                             "usage": decisions_usage(result)}, headers=answer_headers(result))
 
     @app.get("/v1/models")
     async def models():

@@ -34,7 +34,10 @@ from typing import Any
 from jevany_client.answers import jevany_answers
 from jevany_client.render import render
 
+from .decisions import error_body as openai_error
+
 DIALECTS = ("jevany", "typesafe")
+OPENAI = "openai"       # not a dialect to choose: the error bodies of /v1/decisions, OpenAI's API
 JEVANY_BODY = ("model", "answers", "usage", "latency_ms")
 
 # The field's error types (TypeSafe's API, as typesafe-sdk and jevcompat read them), by our protocol code.
@@ -101,12 +104,18 @@ def score_confidence(p: list[float]) -> float:
 
 
 def error_status(dialect: str, code: str, jevany_status: int) -> int:
+    """The status an error gets: JevAny's, but where the typesafe dialect differs; on /v1/decisions
+    (OPENAI), a refused body is a 400, as OpenAI's API answers it."""
+    if dialect == OPENAI:
+        return 404 if code == "unknown_model" else 400 if jevany_status == 422 else jevany_status
     return TYPESAFE_STATUS.get(code, jevany_status) if dialect == "typesafe" else jevany_status
 
 
 def error_body(dialect: str, status: int, code: str, message: str, loc: list | None = None) -> dict[str, Any]:
     """An error's body: JevAny's {"detail": message}; typesafe's by kind (see the module's docstring);
     loc: where in the body a validation failure is (typesafe's 422s), LOCATIONS's by default."""
+    if dialect == OPENAI:
+        return openai_error(status, code, message, loc)
     if dialect != "typesafe" and code not in FIELD_SHAPED:
         return {"detail": message}
     if status == 422:

@@ -32,10 +32,11 @@ import re
 
 from jevany_client.protocol import MAX_CONTAINERS, MAX_VALUES
 
-from .dialects import error_body
+from .dialects import OPENAI, error_body, error_status
 from .encodings import BodyEncodingError, decode
 from .replies import ERROR_CODE_HEADER, RETRY_AFTER_S
 
+DECISIONS_PATH = "/v1/decisions"
 PUBLIC_PATHS = frozenset(("/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"))
 BODY_BUDGET_MESSAGES = 8        # bodies of --max-message-bytes the gateway may hold at once
 MULTIPART_REFUSED = ("images sent as multipart/form-data assets are not served: this daemon reads media by "
@@ -55,12 +56,13 @@ class RequestGuard:
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
+        dialect = dialect_for(scope, self.dialect)
         if self.token is not None and _route_path(scope) not in PUBLIC_PATHS and not self._authorized(headers):
-            return await _refuse(send, self.dialect, 401, "unauthorized", "a valid 'Authorization: Bearer TOKEN' header is "
+            return await _refuse(send, dialect, 401, "unauthorized", "a valid 'Authorization: Bearer TOKEN' header is "
                                  "required", {b"www-authenticate": b"Bearer"})
         declared = _content_length(headers)
         if declared is not None and declared > self.max_body:
-            return await _refuse(send, self.dialect, 413, "invalid_request", _too_large(declared, self.max_body))
+            return await _refuse(send, dialect, 413, "invalid_request", _too_large(declared, self.max_body))
         if not _has_body(scope, headers, declared):
             return await self.app(scope, receive, _local_redirects(send))
         reserve = declared if declared is not None else self.max_body
@@ -68,24 +70,24 @@ class RequestGuard:
         if encoded:
             reserve += self.max_body      # what it decodes to, at most
         if self.holding + reserve > self.budget:
-            return await _refuse(send, self.dialect, 429, "overloaded", "the HTTP gateway holds as many request bodies as it "
+            return await _refuse(send, dialect, 429, "overloaded", "the HTTP gateway holds as many request bodies as it "
                                  "may; retry later", {b"retry-after": RETRY_AFTER_S.encode()})
         self.holding += reserve
         try:
             body = await self._read(receive)
             if body is None:
-                return await _refuse(send, self.dialect, 413, "invalid_request", _too_large(None, self.max_body))
+                return await _refuse(send, dialect, 413, "invalid_request", _too_large(None, self.max_body))
             if encoded:
                 try:
                     body = decode(body, headers[b"content-encoding"].decode("latin-1"), self.max_body)
                 except BodyEncodingError as exc:
-                    return await _refuse(send, self.dialect, exc.status, "invalid_request", str(exc))
+                    return await _refuse(send, dialect, exc.status, "invalid_request", str(exc))
                 scope = _decoded_scope(scope, len(body))
             if _is_multipart(headers):
-                return await _refuse(send, self.dialect, 422, "unsupported_media", MULTIPART_REFUSED)
+                return await _refuse(send, dialect, 422, "unsupported_media", MULTIPART_REFUSED)
             problem = _count_problem(body) if _is_json(headers) else None
             if problem is not None:
-                return await _refuse(send, self.dialect, 422, "invalid_request", problem)
+                return await _refuse(send, dialect, 422, "invalid_request", problem)
             return await self.app(scope, _replay(body, receive), _local_redirects(send))
         finally:
             self.holding -= reserve
@@ -109,6 +111,11 @@ class RequestGuard:
             if not message.get("more_body", False):
                 break
         return b"".join(chunks)
+
+
+def dialect_for(scope, dialect: str) -> str:
+    """How a request's errors are written: OpenAI's envelope on /v1/decisions, else the dialect's."""
+    return OPENAI if _route_path(scope) == DECISIONS_PATH else dialect
 
 
 def _content_length(headers: dict) -> int | None:
@@ -199,6 +206,7 @@ def _route_path(scope) -> str:
 
 
 async def _refuse(send, dialect: str, status: int, code: str, message: str, extra: dict | None = None) -> None:
+    status = error_status(dialect, code, status)
     body = json.dumps(error_body(dialect, status, code, message)).encode()
     headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
                (ERROR_CODE_HEADER.lower().encode(), code.encode()), (b"connection", b"close"),

@@ -224,3 +224,82 @@ def test_images_as_assets_and_box_questions_get_a_typed_422(apps):
         assert status == 422 and "'dog' is a box question" in json.dumps(reply)
     strict = post(apps[1], box)[2]
     assert strict["detail"][0]["loc"] == ["body", "questions", "dog", "type"]
+
+
+DECISIONS = {
+    "model": "jev-latest",
+    "input": [{"role": "user", "content": [{"type": "input_text", "text": "My parcel is two weeks late."},
+                                            {"type": "input_text", "text": "Nobody answers."}]}],
+    "questions": [
+        {"type": "predicate", "name": "refund", "instructions": "Should we refund?"},
+        {"type": "choice", "instructions": "Which team?",
+         "choices": [{"value": "Billing"}, {"value": "Shipping", "description": "parcels"}]},
+        {"type": "choice", "name": "refund", "instructions": "Escalate?", "choices": [{"value": True}, {"value": False}]},
+        {"type": "score", "name": "anger", "instructions": "How angry?",
+         "levels": [{"label": "Calm"}, {"label": "Cross", "description": "raised voice"}, {"label": "Furious"}]},
+    ],
+}
+# What a Jev API caller sends for the same questions (docs/JEV-API.md, "OpenAI's Decisions API").
+SAME_AS_SYSTEMONE = {
+    "model": "jev-latest", "state": "My parcel is two weeks late.\n\nNobody answers.",
+    "questions": {
+        "0": {"type": "noul", "instructions": "Should we refund?"},
+        "1": {"type": "choice", "instructions": "Which team?", "criteria": {"Billing": None, "Shipping": "parcels"}},
+        "2": {"type": "choice", "instructions": "Escalate?", "criteria": {"true": None, "false": None}},
+        "3": {"type": "score", "instructions": "How angry?", "criteria": ["Calm", "Cross: raised voice", "Furious"]},
+    },
+}
+
+
+def test_decisions_answer_as_systemone_does_for_the_same_questions(apps):
+    for port in apps:
+        http = Http(port)
+        status, _, decided = http.request("POST", "/v1/decisions", DECISIONS)
+        status2, _, full = http.request("POST", "/v1/systemone", SAME_AS_SYSTEMONE,
+                                        headers={"X-Jevany-Daemon-Additions": "1"})
+        http.close()
+        assert (status, status2) == (200, 200), decided
+        raw = full.get("x_answers") or full["answers"]       # the protocol's answers, in either dialect
+        assert list(decided) == ["model", "answers", "usage"] and decided["model"] == full["model"]
+        refund, team, escalate, anger = decided["answers"]
+        assert (refund["type"], refund["name"], team["name"], escalate["name"]) == ("predicate", "refund", None, "refund")
+        assert abs(refund["probability"] - raw["0"]["probabilities"]["true"]) <= 1e-6
+        assert [p["value"] for p in team["probabilities"]] == ["Billing", "Shipping"]
+        for p in team["probabilities"]:
+            assert abs(p["probability"] - raw["1"]["probabilities"][p["value"]]) <= 1e-6
+        assert escalate["choice"] in (True, False) and [p["value"] for p in escalate["probabilities"]] == [True, False]
+        assert [(p["value"], p["label"]) for p in anger["probabilities"]] == [(0, "Calm"), (1, "Cross"), (2, "Furious")]
+        for p in anger["probabilities"]:
+            assert abs(p["probability"] - raw["3"]["probabilities"][str(p["value"])]) <= 1e-6
+        assert anger["score"] == pytest.approx(sum(p["value"] * p["probability"] for p in anger["probabilities"]))
+        usage = decided["usage"]
+        assert usage["input_tokens"] == full["usage"]["input_tokens"]
+        assert usage["total_tokens"] == usage["input_tokens"] + usage["output_tokens"]
+
+
+def test_decisions_errors_carry_openai_s_envelope(apps, model):
+    http = Http(apps[0])
+    bad = {**DECISIONS, "questions": [{"type": "choice", "instructions": "x", "choices": [{"value": "only"}]}]}
+    status, headers, reply = http.request("POST", "/v1/decisions", bad)
+    assert status == 400 and reply["error"]["type"] == "invalid_request_error"
+    assert reply["error"]["param"].startswith("questions.0")
+    status, _, reply = http.request("POST", "/v1/decisions", {**DECISIONS, "model": "gpt-6-luna"})
+    assert status == 404 and reply["error"]["code"] == "model_not_found"
+    image = {**DECISIONS, "input": [{"role": "user", "content": [
+        {"type": "input_image", "image_url": "data:image/png;base64,iVBORw0KGgo="}]}]}
+    status, headers, reply = http.request("POST", "/v1/decisions", image)
+    assert status == 400 and headers["x-jevany-daemon-error"] == "unsupported_media" and reply["error"]["param"] == "input"
+    status, _, reply = http.request("POST", "/v1/decisions", {**DECISIONS, "input": "x " * 9000})
+    assert status == 400 and "error" in reply                # the daemon's own refusal, in the same envelope
+    http.close()
+    with serving(create_app(model=model, token="s3cret")) as port:
+        status, _, reply = post_to(port, "/v1/decisions", DECISIONS, {"Authorization": "Bearer nope"})
+        assert status == 401 and reply["error"]["type"] == "authentication_error"
+
+
+def post_to(port, path, body, headers=None):
+    http = Http(port)
+    try:
+        return http.request("POST", path, body, headers=headers)
+    finally:
+        http.close()
