@@ -3,7 +3,7 @@
 import asyncio
 import os
 from collections import deque
-from collections.abc import Generator, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Generator, Iterable, Mapping, Sequence
 from typing import Any
 
 import zmq
@@ -27,6 +27,7 @@ from .errors import JevanyError
 from .fleet import Fleet, Peer
 from .questions import Choice, Image, Noul, Score, Video
 from .schema import Media
+from .streaming import as_they_finish
 
 __all__ = ["AsyncJevClient"]
 
@@ -141,6 +142,17 @@ class AsyncJevClient(ClientOptions):
         if not return_exceptions:
             raise_first_error(results)
         return results
+
+    async def decide_stream(self, requests: Iterable[dict] | AsyncIterable[dict], in_flight: int = 32,
+                            timeout: float | None = None) -> AsyncIterator[tuple[int, dict | JevanyError]]:
+        """Many bodies, read from `requests` as slots free, at most `in_flight` at once; yields (index,
+        result or its JevanyError) for each as it finishes, so a source of any length answers as it goes.
+        `timeout` bounds each request, retries included (decide_many's bounds the whole batch)."""
+        async def one(body):
+            return await self.decide_request(body, timeout)
+
+        async for index, outcome in as_they_finish(requests, in_flight, one):
+            yield index, outcome
 
     async def ping(self, timeout: float | None = None) -> dict:
         return await self.call("ping", timeout=timeout)
@@ -489,3 +501,4 @@ def _running_loop() -> asyncio.AbstractEventLoop | None:
         return asyncio.get_running_loop()
     except RuntimeError:
         return None
+

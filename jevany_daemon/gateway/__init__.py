@@ -10,6 +10,9 @@ the supervisor never imports an HTTP stack.
     replies.py      protocol error codes → HTTP status, headers and detail
     jevany_view.py  the /v1/models entry and the answer headers, in JevAny's shapes
     dialects.py     where JevAny's API and TypeSafe's Jev API differ: answer and error bodies (--http-dialect)
+    decisions.py    OpenAI's Decisions API (POST /v1/decisions) as a decide request and back
+    bulk.py         POST /v1/systemone/bulk: JSON lines in, each answer out as it finishes
+    paths.py        the paths the guard and the connection protocol treat apart
     encodings.py    compressed request bodies (zstd, gzip), decoded within --max-message-bytes
     app.py          the routes (CORS as JevAny's)
     guard.py        before the routes: the token from the headers, then the body's size and counts

@@ -2,6 +2,7 @@
 
     POST /v1/systemone   a decide request (JevAny's body); its answer in JevAny's shape, or 4xx/5xx with `detail`
     POST /v1/decisions   OpenAI's Decisions API (a preview): the same questions, in its shapes (decisions.py)
+    POST /v1/systemone/bulk  many requests as JSON lines; answers streamed back as they finish (bulk.py)
     GET  /v1/models      {"models": [entry]} (the models op's description as JevAny's, media policy in `limits`)
     GET  /health         200 {"status": "ready"}; 503 "loading", "draining" or "unavailable"
     GET  /metrics        the daemon's Prometheus metrics (when --metrics-port is set)
@@ -15,24 +16,26 @@ import math
 import urllib.request
 from contextlib import asynccontextmanager
 
-from fastapi import FastAPI, Header, Request
+from fastapi import FastAPI, Header, Query, Request
 from fastapi.encoders import jsonable_encoder
 from fastapi.exceptions import RequestValidationError
 from fastapi.middleware.cors import CORSMiddleware
 from fastapi.responses import JSONResponse, Response
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from jevany_client.errors import JevanyError
+from jevany_client.errors import InvalidRequestError, JevanyError
 
 from jevany_daemon import __version__
 from jevany_daemon.server.validation import cors_origins
 
+from .bulk import DEFAULT_IN_FLIGHT, MAX_IN_FLIGHT, MEDIA_TYPE, BulkStream
 from .decisions import DecisionsRequest, usage as decisions_usage
 from .dialects import OPENAI, answer_body
 from .field_headers import REQUEST_ID_HEADER, FieldHeaders
 from .guard import RequestGuard, dialect_for
 from .jevany_view import (ADDITIONS_HEADER, BATCH_SIZE_HEADER, PADDED_TOKENS_HEADER, answer_headers, models_body,
                           wants_additions)
+from .paths import BULK_PATH, DECISIONS_PATH, SYSTEMONE_PATH
 from .replies import ERROR_CODE_HEADER, JEVANY_ERROR_HEADER, TIMEOUT_HEADER, error_response, from_error
 from .shapes import SystemOneRequest
 from .upstream import TooLarge, Upstream
@@ -137,7 +140,7 @@ def create_app(gateway: Gateway) -> FastAPI:
         except JevanyError as exc:
             return from_error(exc, dialect)
 
-    @app.post("/v1/systemone")
+    @app.post(SYSTEMONE_PATH)
     async def systemone(request: SystemOneRequest,
                         timeout_ms: str | None = Header(default=None, alias=TIMEOUT_HEADER,
                                                         description="Give up unless scoring begins within "
@@ -156,7 +159,7 @@ def create_app(gateway: Gateway) -> FastAPI:
         return JSONResponse(answer_body(result, gateway.dialect, wants_additions(additions)),
                             headers=answer_headers(result))
 
-    @app.post("/v1/decisions")
+    @app.post(DECISIONS_PATH)
     async def decisions(request: DecisionsRequest,
                         timeout_ms: str | None = Header(default=None, alias=TIMEOUT_HEADER,
                                                         description="Give up unless scoring begins within "
@@ -172,6 +175,27 @@ def create_app(gateway: Gateway) -> FastAPI:
         shown = answer_body(result, gateway.dialect, additions=False)["answers"]
         return JSONResponse({"model": result["model"], "answers": request.answers(result["answers"], shown),
                              "usage": decisions_usage(result)}, headers=answer_headers(result))
+
+    @app.post(BULK_PATH, response_class=BulkStream,
+              openapi_extra={"requestBody": {"required": True, "content": {MEDIA_TYPE: {"schema": {
+                  "type": "string", "description": "JSON lines: /v1/systemone bodies (with an optional id), "
+                                                   "or shared questions for the lines after"}}}}})
+    async def bulk(request: Request,
+                   in_flight: int = Query(DEFAULT_IN_FLIGHT, ge=1, le=MAX_IN_FLIGHT,
+                                          description="Items in the daemon's queue at once, at most.")):
+        """Many requests in one call, JSON lines in; each answer (or its own error) streamed back as a JSON
+        line as it finishes, then a closing line with the counts (bulk.py)."""
+        del request      # the body is read by the response, as it arrives
+        if not await gateway.is_ready():
+            return error_response("not_ready", "model is not ready", gateway.dialect)
+
+        async def decide_one(body: dict) -> dict:
+            try:
+                return await gateway.upstream.call("decide", body, wait_s=DECIDE_WAIT_S)
+            except TooLarge as exc:
+                raise InvalidRequestError(str(exc)) from None
+
+        return BulkStream(decide_one, gateway.dialect, gateway.settings["max_message_bytes"], in_flight)
 
     @app.get("/v1/models")
     async def models():

@@ -32,11 +32,11 @@ import re
 
 from jevany_client.protocol import MAX_CONTAINERS, MAX_VALUES
 
+from .paths import BULK_PATH, DECISIONS_PATH
 from .dialects import OPENAI, error_body, error_status
 from .encodings import BodyEncodingError, decode
 from .replies import ERROR_CODE_HEADER, RETRY_AFTER_S
 
-DECISIONS_PATH = "/v1/decisions"
 PUBLIC_PATHS = frozenset(("/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"))
 BODY_BUDGET_MESSAGES = 8        # bodies of --max-message-bytes the gateway may hold at once
 MULTIPART_REFUSED = ("images sent as multipart/form-data assets are not served: this daemon reads media by "
@@ -60,6 +60,12 @@ class RequestGuard:
         if self.token is not None and _route_path(scope) not in PUBLIC_PATHS and not self._authorized(headers):
             return await _refuse(send, dialect, 401, "unauthorized", "a valid 'Authorization: Bearer TOKEN' header is "
                                  "required", {b"www-authenticate": b"Bearer"})
+        if _route_path(scope) == BULK_PATH:
+            # Read by the route as it arrives, a line at a time (bulk.py bounds each), never gathered here.
+            if headers.get(b"content-encoding", b"identity").strip().lower() != b"identity":
+                return await _refuse(send, dialect, 415, "invalid_request", "a bulk body is read as it arrives, "
+                                     "line by line: send it uncompressed")
+            return await self.app(scope, receive, _local_redirects(send))
         declared = _content_length(headers)
         if declared is not None and declared > self.max_body:
             return await _refuse(send, dialect, 413, "invalid_request", _too_large(declared, self.max_body))
@@ -85,7 +91,7 @@ class RequestGuard:
                 scope = _decoded_scope(scope, len(body))
             if _is_multipart(headers):
                 return await _refuse(send, dialect, 422, "unsupported_media", MULTIPART_REFUSED)
-            problem = _count_problem(body) if _is_json(headers) else None
+            problem = count_problem(body) if _is_json(headers) else None
             if problem is not None:
                 return await _refuse(send, dialect, 422, "invalid_request", problem)
             return await self.app(scope, _replay(body, receive), _local_redirects(send))
@@ -142,7 +148,7 @@ def _is_json(headers: dict) -> bool:
     return kind == b"application/json" or kind.endswith(b"+json")
 
 
-def _count_problem(body: bytes) -> str | None:
+def count_problem(body: bytes) -> str | None:
     """The daemon's caps on values and containers, checked on the JSON text before anything parses it.
 
     Brackets and commas count containers and values from above; only when that bound is over a
