@@ -2,6 +2,7 @@
 
 import asyncio
 import os
+from contextlib import aclosing
 from collections import deque
 from collections.abc import AsyncIterable, AsyncIterator, Generator, Iterable, Mapping, Sequence
 from typing import Any
@@ -151,8 +152,10 @@ class AsyncJevClient(ClientOptions):
         async def one(body):
             return await self.decide_request(body, timeout)
 
-        async for index, outcome in as_they_finish(requests, in_flight, one):
-            yield index, outcome
+        outcomes = as_they_finish(requests, in_flight, one)
+        async with aclosing(outcomes):       # closing this stream early cancels what is in flight at once
+            async for index, outcome in outcomes:
+                yield index, outcome
 
     async def ping(self, timeout: float | None = None) -> dict:
         return await self.call("ping", timeout=timeout)

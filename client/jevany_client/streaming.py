@@ -54,6 +54,8 @@ async def as_they_finish(items: AsyncIterable | Iterable, in_flight: int,
 
 
 def _outcome(task: asyncio.Future) -> Any:
+    if task.cancelled():        # by someone else: this item's outcome, not the stream's end
+        return InternalError("the request was cancelled")
     error = task.exception()
     if error is None:
         return task.result()

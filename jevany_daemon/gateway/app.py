@@ -30,7 +30,7 @@ from jevany_daemon.server.validation import cors_origins
 
 from .bulk import DEFAULT_IN_FLIGHT, MAX_IN_FLIGHT, MEDIA_TYPE, BulkStream
 from .decisions import DecisionsRequest, usage as decisions_usage
-from .dialects import OPENAI, answer_body
+from .dialects import OPENAI, answer_body, error_body
 from .field_headers import REQUEST_ID_HEADER, FieldHeaders
 from .guard import RequestGuard, dialect_for
 from .jevany_view import (ADDITIONS_HEADER, BATCH_SIZE_HEADER, PADDED_TOKENS_HEADER, answer_headers, models_body,
@@ -102,7 +102,9 @@ def create_app(gateway: Gateway) -> FastAPI:
                            expose_headers=[ERROR_CODE_HEADER, JEVANY_ERROR_HEADER, "Retry-After",
                                            BATCH_SIZE_HEADER, PADDED_TOKENS_HEADER, REQUEST_ID_HEADER])
     # Outermost: every response, a refusal or a preflight too, has its request id and, when busy, when to retry.
-    app.add_middleware(FieldHeaders)
+    app.add_middleware(FieldHeaders, failure=lambda scope: error_body(
+        dialect_for(scope, gateway.dialect), 500, "internal", "the gateway failed; the request may not have been "
+        "scored"))
 
     @app.exception_handler(RequestValidationError)
     async def invalid_body(request: Request, exc: RequestValidationError):
@@ -110,9 +112,10 @@ def create_app(gateway: Gateway) -> FastAPI:
         detail = jsonable_encoder(exc.errors(), custom_encoder={
             float: lambda v: v if math.isfinite(v) else str(v)})
         if dialect_for(request.scope, gateway.dialect) == OPENAI:
-            first = detail[0] if detail else {}
-            return error_response("invalid_request", first.get("msg", "invalid request"), OPENAI,
-                                  loc=first.get("loc"))
+            # OpenAI's envelope names one problem: the most specific (a union's deepest member's)
+            worst = max(detail, key=lambda d: len(d.get("loc", ())), default={})
+            return error_response("invalid_request", worst.get("msg", "invalid request"), OPENAI,
+                                  loc=worst.get("loc"))
         return JSONResponse({"detail": detail}, status_code=422, headers={ERROR_CODE_HEADER: "invalid_request"})
 
     @app.exception_handler(StarletteHTTPException)
@@ -176,7 +179,9 @@ def create_app(gateway: Gateway) -> FastAPI:
         return JSONResponse({"model": result["model"], "answers": request.answers(result["answers"], shown),
                              "usage": decisions_usage(result)}, headers=answer_headers(result))
 
-    @app.post(BULK_PATH, response_class=BulkStream,
+    @app.post(BULK_PATH, responses={200: {"description": "JSON lines: each item's answer or error as it "
+                                                        "finishes, then a closing line with the counts",
+                                         "content": {MEDIA_TYPE: {}}}},
               openapi_extra={"requestBody": {"required": True, "content": {MEDIA_TYPE: {"schema": {
                   "type": "string", "description": "JSON lines: /v1/systemone bodies (with an optional id), "
                                                    "or shared questions for the lines after"}}}}})

@@ -16,15 +16,18 @@ the item lines, and its id when it had one), then one closing line:
     {"done": false, ..., "error": {...}}                   the stream stopped early (too many items)
 
 Bounded: at most `in_flight` items (?in_flight=N, 32 by default) are in the
-daemon's queue at once, and the body is read only while one of those slots
-is free, so a body of any length costs in_flight requests and one line; a
-line is at most --max-message-bytes (a longer one is that item's error, its
-bytes dropped as they pass); a call carries at most MAX_ITEMS items. The
-items share the queue and its batches with every other caller. A reader
-that falls behind holds back its own stream (the answers it has not read
-wait in the gateway, in_flight at most), never a worker: a worker's batch is
-answered and done before its answers are written out; one that takes no
-answer for SEND_STALL_S loses its stream.
+daemon's queue at once, their lines together at most --max-message-bytes
+(one longer item goes alone), and the body is read only while there is room,
+so a body of any length costs the gateway two messages' bytes (the guard
+reserves them from its budget for the call); a line is at most
+--max-message-bytes (a longer one is that item's error, its bytes dropped as
+they pass); a call is at most MAX_LINES lines. The items share the queue and
+its batches with every other caller. A reader that falls behind holds back
+its own stream (the answers it has not read wait in the gateway, in_flight
+at most), never a worker: a worker's batch is answered and done before its
+answers are written out. A body that sends nothing for STALL_S while the
+route waits on it ends the call (done: false), as does a reader that takes
+no answer for STALL_S; a client that goes away stops its items being sent.
 """
 import asyncio
 import json
@@ -39,16 +42,16 @@ from jevany_client.streaming import as_they_finish
 
 from jevany_daemon.server.logs import event
 
-from .dialects import answer_body
+from .dialects import answer_body, error_status
 from .guard import count_problem
 from .replies import STATUS
 from .shapes import SystemOneRequest
 
-MAX_ITEMS = 100_000
+MAX_LINES = 100_000
 DEFAULT_IN_FLIGHT = 32
 MAX_IN_FLIGHT = 256
 MEDIA_TYPE = "application/x-ndjson"
-SEND_STALL_S = 60.0     # a reader that takes no answer for this long loses its stream
+STALL_S = 60.0          # a body that sends nothing, or a reader that takes nothing, for this long ends the call
 log = logging.getLogger("jevany.gateway")
 
 
@@ -59,118 +62,134 @@ class BulkStream(Response):
 
     def __init__(self, decide, dialect: str, max_line: int, in_flight: int):
         super().__init__(status_code=200)
-        # No Content-Length (Response's would say 0): the answers go out chunked, as they finish.
-        self.raw_headers = [(b"content-type", MEDIA_TYPE.encode())]
+        # No Content-Length (Response's would say 0): the answers go out chunked, as they finish. The
+        # connection closes after: a call that stopped early leaves its body unread.
+        self.raw_headers = [(b"content-type", MEDIA_TYPE.encode()), (b"connection", b"close")]
         self.decide, self.dialect, self.max_line, self.in_flight = decide, dialect, max_line, in_flight
 
     async def __call__(self, scope, receive, send) -> None:
         await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-        reading = Reading()
+        reading = Reading(receive, self.max_line)
         counts = {"items": 0, "answered": 0, "failed": 0}
-        outcomes = as_they_finish(reading.items(_lines(receive, self.max_line)), self.in_flight, self.decide)
-        async with aclosing(outcomes):
-            async for index, outcome in outcomes:
-                line = {"index": index}
-                if index in reading.ids:
-                    line["id"] = reading.ids.pop(index)
-                if isinstance(outcome, JevanyError):
-                    line["error"] = {"code": outcome.code, "status": STATUS.get(outcome.code, 500),
-                                     "message": outcome.message}
-                    counts["failed"] += 1
-                else:
-                    line["answer"] = answer_body(outcome, self.dialect, additions=False)
-                    counts["answered"] += 1
-                counts["items"] += 1
-                try:
-                    await asyncio.wait_for(send({"type": "http.response.body", "body": _line(line),
-                                                 "more_body": True}), SEND_STALL_S)
-                except asyncio.TimeoutError:
-                    # A reader that takes nothing for this long loses its stream (and its items in flight),
-                    # so it cannot hold a connection and in_flight answers for ever.
-                    event(log, "bulk_dropped", level=logging.WARNING, why="its reader took nothing",
-                          stalled_s=SEND_STALL_S, answered=counts["items"] - 1)
-                    return
-        ending = {"done": True}
+        ending: dict = {"done": True}
+        outcomes = as_they_finish(reading.items(), self.in_flight, reading.sized(self.decide))
+        try:
+            async with aclosing(outcomes):
+                async for index, outcome in outcomes:
+                    if reading.gone.is_set():
+                        return          # nobody reads on: what is in flight is cancelled, nothing more sent
+                    counts["items"] += 1
+                    if not await self._write(send, self._line(reading, index, outcome, counts)):
+                        event(log, "bulk_dropped", level=logging.WARNING, why="its reader took nothing",
+                              stalled_s=STALL_S, answered=counts["items"] - 1)
+                        return
+        except Exception as exc:      # a fault of ours: said on the stream, whose status is already sent
+            ending = _stopped(f"the call failed: {type(exc).__name__}: {exc}", "internal")
+            event(log, "bulk_failed", level=logging.ERROR, error=f"{type(exc).__name__}: {exc}")
+        finally:
+            reading.close()
         if reading.over:
-            ending = {"done": False, "error": {"code": "invalid_request", "status": 413, "message":
-                                               f"a bulk call carries at most {MAX_ITEMS:,} items; the rest "
-                                               "of the body was not read"}}
-        await send({"type": "http.response.body", "body": _line({**ending, **counts}), "more_body": False})
+            ending = _stopped(f"a bulk call is at most {MAX_LINES:,} lines; the rest of the body was not read",
+                              status=413)
+        elif reading.stalled:
+            ending = _stopped(f"the body sent nothing for {STALL_S:g} s; the items read before were answered")
+        await self._write(send, {**ending, **counts}, last=True)
+
+    def _line(self, reading: "Reading", index: int, outcome, counts: dict) -> dict:
+        line = {"index": index}
+        if index in reading.ids:
+            line["id"] = reading.ids.pop(index)
+        if isinstance(outcome, JevanyError):
+            status = error_status(self.dialect, outcome.code, STATUS.get(outcome.code, 500))
+            line["error"] = {"code": outcome.code, "status": status, "message": outcome.message}
+            counts["failed"] += 1
+        else:
+            line["answer"] = answer_body(outcome, self.dialect, additions=False)
+            counts["answered"] += 1
+        return line
+
+    @staticmethod
+    async def _write(send, line: dict, last: bool = False) -> bool:
+        """Send one line; False when the reader took nothing for STALL_S (so it cannot hold a connection
+        and in_flight answers for ever)."""
+        body = json.dumps(line, ensure_ascii=False, allow_nan=False).encode() + b"\n"
+        try:
+            await asyncio.wait_for(send({"type": "http.response.body", "body": body, "more_body": not last}),
+                                   STALL_S)
+            return True
+        except asyncio.TimeoutError:
+            return False
 
 
-def _line(value: dict) -> bytes:
-    return json.dumps(value, ensure_ascii=False, allow_nan=False).encode() + b"\n"
-
-
-async def _lines(receive, max_line: int):
-    """The body's lines as they arrive; a line past max_line is an InvalidRequestError in its place,
-    its bytes dropped, never gathered."""
-    held, dropping = bytearray(), False
-    more = True
-    while more:
-        message = await receive()
-        if message["type"] == "http.disconnect":
-            return
-        chunk, more = message.get("body", b""), message.get("more_body", False)
-        start = 0
-        while (end := chunk.find(b"\n", start)) != -1:
-            if dropping or len(held) + end - start > max_line:
-                dropping = False
-                yield InvalidRequestError(_too_long(max_line))
-            else:
-                held += chunk[start:end]
-                yield bytes(held)
-            held.clear()
-            start = end + 1
-        if not dropping:
-            held += chunk[start:]
-            if len(held) > max_line:
-                dropping = True
-                held.clear()
-    if dropping:
-        yield InvalidRequestError(_too_long(max_line))
-    elif held.strip():
-        yield bytes(held)
-
-
-def _too_long(limit: int) -> str:
-    return f"the line is longer than {limit:,} bytes, the daemon's --max-message-bytes"
+def _stopped(message: str, code: str = "invalid_request", status: int = 400) -> dict:
+    return {"done": False, "error": {"code": code, "status": 500 if code == "internal" else status,
+                                     "message": message}}
 
 
 class Reading:
-    """What reading a bulk body keeps: the ids of items not answered yet, whether it stopped at MAX_ITEMS."""
+    """Reading one bulk body: its lines as they arrive, the ids of items not answered yet, the bytes of
+    the lines in flight, and whether the client went away or the body passed MAX_LINES."""
 
-    def __init__(self):
+    def __init__(self, receive, max_line: int):
+        self.receive, self.max_line = receive, max_line
         self.ids: dict[int, object] = {}
         self.over = False
+        self.stalled = False                  # the body sent nothing for STALL_S while the route waited
+        self.gone = asyncio.Event()           # the client disconnected
+        self.room = asyncio.Condition()
+        self.in_flight_bytes = 0
+        self.watcher: asyncio.Task | None = None
 
-    async def items(self, lines):
-        """Each item line as the decide body it asks for, or the InvalidRequestError that says why not;
-        a line of shared questions (no state) is kept for the item lines after it."""
+    def sized(self, decide):
+        """decide for (size, body) items: the line's bytes count as in flight until its answer is in."""
+        async def call(item):
+            size, body = item
+            try:
+                return await decide(body)
+            finally:
+                async with self.room:
+                    self.in_flight_bytes -= size
+                    self.room.notify_all()
+        return call
+
+    async def items(self):
+        """(size, decide body) for each item line, or the InvalidRequestError that says why not; a line
+        of shared questions (no state) sets them for the item lines after it."""
         shared: dict = {}
-        count = 0
-        async for raw in lines:
-            if isinstance(raw, Exception):
-                body = raw
-            else:
-                if not raw.strip():
-                    continue
-                try:
-                    value = _parse(raw)
-                except InvalidRequestError as exc:
-                    value = exc
-                if isinstance(value, dict) and "state" not in value:
-                    shared = {key: value[key] for key in ("questions", "model") if key in value}
-                    if shared:
-                        continue
-                    value = InvalidRequestError("a line without a state must give shared questions (and a "
-                                                "model, if any)")
-                body = value if isinstance(value, Exception) else self._body({**shared, **value}, count)
-            if count == MAX_ITEMS:
+        count = lines = 0
+        async for raw in self._lines():
+            if self.gone.is_set():
+                return
+            lines += 1
+            if lines > MAX_LINES:
                 self.over = True       # the items read so far are answered; the rest is not read
                 return
+            if isinstance(raw, Exception):
+                yield raw
+                count += 1
+                continue
+            if not raw.strip():
+                continue
+            try:
+                value = _parse(raw)
+            except InvalidRequestError as exc:
+                value = exc
+            if isinstance(value, dict) and "state" not in value:
+                given = {key: value[key] for key in ("questions", "model") if key in value}
+                if given:
+                    shared |= given
+                    continue
+                value = InvalidRequestError("a line without a state gives shared questions or a model")
+            item = value if isinstance(value, Exception) else self._body({**shared, **value}, count)
             count += 1
-            yield body
+            if isinstance(item, Exception):
+                yield item
+                continue
+            async with self.room:      # the lines in flight stay within one message's bytes (one alone may pass)
+                await self.room.wait_for(lambda: self.in_flight_bytes == 0
+                                         or self.in_flight_bytes + len(raw) <= self.max_line)
+                self.in_flight_bytes += len(raw)
+            yield len(raw), item
 
     def _body(self, value: dict, index: int):
         if "id" in value:
@@ -186,6 +205,55 @@ class Reading:
             return InvalidRequestError(unsupported[2])
         return request.to_body()
 
+    async def _lines(self):
+        """The body's lines as they arrive; a line past max_line is an InvalidRequestError in its place,
+        its bytes dropped, never gathered. Once the body is in, a watcher waits for the client to go."""
+        held, dropping, more = bytearray(), False, True
+        while more:
+            try:
+                message = await asyncio.wait_for(self.receive(), STALL_S)
+            except asyncio.TimeoutError:
+                self.stalled = True    # the items read so far are answered; the call ends there
+                return
+            if message["type"] == "http.disconnect":
+                self.gone.set()
+                return
+            chunk, more = message.get("body", b""), message.get("more_body", False)
+            if not more:
+                self.watcher = asyncio.ensure_future(self._watch())
+            start = 0
+            while (end := chunk.find(b"\n", start)) != -1:
+                if dropping or len(held) + end - start > self.max_line:
+                    dropping = False
+                    yield InvalidRequestError(_too_long(self.max_line))
+                else:
+                    held += chunk[start:end]
+                    yield bytes(held)
+                held.clear()
+                start = end + 1
+            if not dropping:
+                held += chunk[start:]
+                if len(held) > self.max_line:
+                    dropping = True
+                    held.clear()
+        if dropping:
+            yield InvalidRequestError(_too_long(self.max_line))
+        elif held.strip():
+            yield bytes(held)
+
+    async def _watch(self) -> None:
+        # With the body in, the next message can only say the client went away (or the response is done).
+        if (await self.receive())["type"] == "http.disconnect":
+            self.gone.set()
+
+    def close(self) -> None:
+        if self.watcher is not None:
+            self.watcher.cancel()
+
+
+def _too_long(limit: int) -> str:
+    return f"the line is longer than {limit:,} bytes, the daemon's --max-message-bytes"
+
 
 def _parse(raw: bytes):
     problem = count_problem(raw)
@@ -193,9 +261,10 @@ def _parse(raw: bytes):
         raise InvalidRequestError(problem)
     try:
         value = json.loads(raw)
+    except RecursionError:
+        raise InvalidRequestError("the line nests deeper than a JSON parser goes") from None
     except ValueError as exc:
         raise InvalidRequestError(f"the line is not JSON: {exc}") from None
     if not isinstance(value, dict):
         raise InvalidRequestError("each line is a JSON object")
     return value
-

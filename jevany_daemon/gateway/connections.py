@@ -12,8 +12,8 @@ connections were all kept. This protocol adds, per connection:
   parser has gathered more;
 - the headers whole within HEADER_TIMEOUT_S of their first byte, and the
   body within BODY_TIMEOUT_S of its headers, else the connection is closed
-  (a bulk body, read as its answers go out, within BODY_TIMEOUT_S of its
-  last bytes instead: it may take as long as its items do);
+  (but a bulk body, read as its answers go out: it may take as long as its
+  items do, and the route itself ends one that stalls while it waits on it);
 - at most max_connections at once (a share of the descriptor limit): a
   newcomer past that closes the connection idle longest (between requests,
   or still sending its headers); when every one is busy with a request, the
@@ -60,7 +60,6 @@ class GuardedHttp(HttpToolsProtocol):
         self.refusal: tuple[int, str] | None = None
         self.deadline_task = None
         self.lingering: int | None = None     # bytes dropped since the close began; None: not closing
-        self.bulk = False              # this request's body is a bulk route's, read as it arrives
 
     # --- the connection's life --------------------------------------------
 
@@ -96,9 +95,6 @@ class GuardedHttp(HttpToolsProtocol):
 
     def _too_slow(self) -> None:
         self.deadline_task = None
-        if self.bulk and not self.in_headers and self.flow.read_paused:
-            self._deadline(BODY_TIMEOUT_S)    # the route is not reading (its answers wait): not the client's delay
-            return
         self.transport.raw.close()
 
     def linger(self) -> None:
@@ -126,8 +122,6 @@ class GuardedHttp(HttpToolsProtocol):
             if self.received == 0 and self.deadline_task is None:
                 self._deadline(HEADER_TIMEOUT_S)      # the next request on a kept-alive connection
             self.received += len(data)
-        elif self.bulk:
-            self._deadline(BODY_TIMEOUT_S)            # a bulk body: within the timeout of its last bytes
         try:
             self.parser.feed_data(data)
         except httptools.HttpParserUpgrade:
@@ -172,13 +166,12 @@ class GuardedHttp(HttpToolsProtocol):
 
     def on_headers_complete(self) -> None:
         self.in_headers, self.received, self.parsed, self.header_count = False, 0, 0, 0
-        self.bulk = httptools.parse_url(self.url).path.endswith(BULK_PATH.encode())
-        self._deadline(BODY_TIMEOUT_S)
+        bulk = httptools.parse_url(self.url).path == BULK_PATH.encode()
+        self._deadline(None if bulk else BODY_TIMEOUT_S)
         super().on_headers_complete()
 
     def on_message_complete(self) -> None:
         self._deadline(None)
-        self.bulk = False
         self.in_headers = True
         super().on_message_complete()
 

@@ -15,11 +15,11 @@ docs/JEV-API.md says what is followed and what may still move.
 
 A question's id in the decide request is its position ("0", "1" ...), so
 names may repeat or be left out, as the preview allows. Errors carry
-OpenAI's envelope, {"error": {message, type, param, code}}.
+OpenAI's envelope, {"error": {message, type, param, code}} (dialects.py).
 """
-from typing import Annotated, Any, Literal, Union
+from typing import Annotated, Literal, Union
 
-from pydantic import BaseModel, Field, model_validator
+from pydantic import BaseModel, Field, StrictBool, StrictStr, model_validator
 
 MAX_QUESTIONS = 64          # the daemon's own cap (protocol.py), as /v1/systemone
 MAX_CHOICES = 255
@@ -53,7 +53,7 @@ class Predicate(BaseModel):
 
 
 class ChoiceValue(BaseModel):
-    value: str | bool
+    value: StrictStr | StrictBool        # 0 and 1 are neither: not taken for false and true
     description: str | None = None
 
 
@@ -158,19 +158,3 @@ def usage(result: dict) -> dict:
             "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
             "output_tokens": counted["output_tokens"], "output_tokens_details": {"reasoning_tokens": 0},
             "total_tokens": counted["input_tokens"] + counted["output_tokens"]}
-
-
-# OpenAI's error types, by HTTP status (the envelope's `type`); our protocol code goes in `code`.
-OPENAI_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error",
-                429: "rate_limit_exceeded"}
-
-
-# OpenAI's codes where it has its own for one of ours.
-OPENAI_CODES = {"unknown_model": "model_not_found"}
-
-
-def error_body(status: int, code: str, message: str, loc: list | None = None) -> dict[str, Any]:
-    """OpenAI's error envelope; param: where in the body (questions.0.choices), code: ours, or OpenAI's."""
-    kind = OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
-    param = ".".join(str(part) for part in (loc or [])[1:]) or None
-    return {"error": {"message": message, "type": kind, "param": param, "code": OPENAI_CODES.get(code, code)}}

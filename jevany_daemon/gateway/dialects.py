@@ -34,7 +34,6 @@ from typing import Any
 from jevany_client.answers import jevany_answers
 from jevany_client.render import render
 
-from .decisions import error_body as openai_error
 
 DIALECTS = ("jevany", "typesafe")
 OPENAI = "openai"       # not a dialect to choose: the error bodies of /v1/decisions, OpenAI's API
@@ -103,6 +102,14 @@ def score_confidence(p: list[float]) -> float:
     return max(0.0, 1.0 - spread / uniform)
 
 
+# OpenAI's error types by HTTP status (its envelope's `type`), and its codes where it has one for ours.
+OPENAI_TYPES = {401: "authentication_error", 403: "permission_error", 404: "not_found_error",
+                429: "rate_limit_exceeded"}
+OPENAI_CODES = {"unknown_model": "model_not_found"}
+# pydantic's tags of a union's members, in a location: not where in the body a caller looks.
+_UNION_TAGS = {"predicate", "choice", "score", "input_text", "input_image", "str"}
+
+
 def error_status(dialect: str, code: str, jevany_status: int) -> int:
     """The status an error gets: JevAny's, but where the typesafe dialect differs; on /v1/decisions
     (OPENAI), a refused body is a 400, as OpenAI's API answers it."""
@@ -115,10 +122,18 @@ def error_body(dialect: str, status: int, code: str, message: str, loc: list | N
     """An error's body: JevAny's {"detail": message}; typesafe's by kind (see the module's docstring);
     loc: where in the body a validation failure is (typesafe's 422s), LOCATIONS's by default."""
     if dialect == OPENAI:
-        return openai_error(status, code, message, loc)
+        return _openai_error(status, code, message, loc)
     if dialect != "typesafe" and code not in FIELD_SHAPED:
         return {"detail": message}
     if status == 422:
         return {"detail": [{"loc": loc or LOCATIONS.get(code, ["body"]), "msg": message, "type": code}]}
     kind = "request_too_large" if status == 413 else ERROR_TYPES.get(code, "invalid_request_error")
     return {"detail": {"error_type": kind, "message": message}}
+
+
+def _openai_error(status: int, code: str, message: str, loc: list | None) -> dict[str, Any]:
+    """OpenAI's error envelope; param: where in the body (questions.0.choices), code: OpenAI's or ours."""
+    kind = OPENAI_TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+    where = [str(part) for part in (loc or [])[1:] if str(part) not in _UNION_TAGS and "[" not in str(part)]
+    return {"error": {"message": message, "type": kind, "param": ".".join(where) or None,
+                      "code": OPENAI_CODES.get(code, code)}}

@@ -42,7 +42,8 @@ def decode(body: bytes, encoding: str, limit: int) -> bytes:
 
 def _zstd(body: bytes, limit: int) -> bytes:
     try:
-        from compression.zstd import DecompressionParameter, ZstdDecompressor, ZstdError   # Python 3.14
+        from compression.zstd import (DecompressionParameter, ZstdDecompressor, ZstdError,  # Python 3.14
+                                      get_frame_info)
     except ImportError:
         try:
             from backports.zstd import DecompressionParameter, ZstdDecompressor, ZstdError, get_frame_info

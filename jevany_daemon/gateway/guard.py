@@ -12,7 +12,10 @@ embedded app alike:
 - answers 413 for a declared Content-Length past --max-message-bytes at once,
   and for a streamed body as soon as it passes it, never buffering more;
 - holds at most BODY_BUDGET bytes of bodies across requests, else 429 with
-  Retry-After: a thousand concurrent 8 MB bodies are not 8 GB of gateway;
+  Retry-After: a thousand concurrent 8 MB bodies are not 8 GB of gateway
+  (a compressed body counts as sent, then as decoded; a bulk call, which
+  reads its body as it goes, counts BULK_RESERVE_MESSAGES bodies while it
+  runs);
 - decodes a compressed body (Content-Encoding zstd or gzip, encodings.py)
   to at most --max-message-bytes, so the routes see it plain;
 - refuses images sent as multipart assets (typesafe-sdk's form) with a
@@ -39,6 +42,7 @@ from .replies import ERROR_CODE_HEADER, RETRY_AFTER_S
 
 PUBLIC_PATHS = frozenset(("/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"))
 BODY_BUDGET_MESSAGES = 8        # bodies of --max-message-bytes the gateway may hold at once
+BULK_RESERVE_MESSAGES = 2       # of them, a bulk call's: the line it reads, and the lines in flight
 MULTIPART_REFUSED = ("images sent as multipart/form-data assets are not served: this daemon reads media by "
                      "path, as JevAny's `media` entries ({\"type\": \"image\", \"uri\": PATH}) under the "
                      "directory its --media-root names, on a model that reads images; send the request as "
@@ -60,24 +64,29 @@ class RequestGuard:
         if self.token is not None and _route_path(scope) not in PUBLIC_PATHS and not self._authorized(headers):
             return await _refuse(send, dialect, 401, "unauthorized", "a valid 'Authorization: Bearer TOKEN' header is "
                                  "required", {b"www-authenticate": b"Bearer"})
+        encoded = headers.get(b"content-encoding", b"").strip().lower() not in (b"", b"identity")
         if _route_path(scope) == BULK_PATH:
-            # Read by the route as it arrives, a line at a time (bulk.py bounds each), never gathered here.
-            if headers.get(b"content-encoding", b"identity").strip().lower() != b"identity":
+            # Read by the route as it arrives, a line at a time, never gathered here; what it may hold
+            # (a line being read, the lines in flight: bulk.py) is reserved for as long as it runs.
+            if encoded:
                 return await _refuse(send, dialect, 415, "invalid_request", "a bulk body is read as it arrives, "
                                      "line by line: send it uncompressed")
-            return await self.app(scope, receive, _local_redirects(send))
+            reserve = BULK_RESERVE_MESSAGES * self.max_body
+            if self.holding + reserve > self.budget:
+                return await self._busy(send, dialect)
+            self.holding += reserve
+            try:
+                return await self.app(scope, receive, _local_redirects(send))
+            finally:
+                self.holding -= reserve
         declared = _content_length(headers)
         if declared is not None and declared > self.max_body:
             return await _refuse(send, dialect, 413, "invalid_request", _too_large(declared, self.max_body))
         if not _has_body(scope, headers, declared):
             return await self.app(scope, receive, _local_redirects(send))
         reserve = declared if declared is not None else self.max_body
-        encoded = headers.get(b"content-encoding", b"").strip().lower() not in (b"", b"identity")
-        if encoded:
-            reserve += self.max_body      # what it decodes to, at most
         if self.holding + reserve > self.budget:
-            return await _refuse(send, dialect, 429, "overloaded", "the HTTP gateway holds as many request bodies as it "
-                                 "may; retry later", {b"retry-after": RETRY_AFTER_S.encode()})
+            return await self._busy(send, dialect)
         self.holding += reserve
         try:
             body = await self._read(receive)
@@ -88,6 +97,11 @@ class RequestGuard:
                     body = decode(body, headers[b"content-encoding"].decode("latin-1"), self.max_body)
                 except BodyEncodingError as exc:
                     return await _refuse(send, dialect, exc.status, "invalid_request", str(exc))
+                # Held from now on: the decoded body (the compressed one is let go), if the budget has room.
+                if self.holding - reserve + len(body) > self.budget:
+                    return await self._busy(send, dialect)
+                self.holding += len(body) - reserve
+                reserve = len(body)
                 scope = _decoded_scope(scope, len(body))
             if _is_multipart(headers):
                 return await _refuse(send, dialect, 422, "unsupported_media", MULTIPART_REFUSED)
@@ -97,6 +111,10 @@ class RequestGuard:
             return await self.app(scope, _replay(body, receive), _local_redirects(send))
         finally:
             self.holding -= reserve
+
+    async def _busy(self, send, dialect: str) -> None:
+        await _refuse(send, dialect, 429, "overloaded", "the HTTP gateway holds as many request bodies as it may; "
+                      "retry later", {b"retry-after": RETRY_AFTER_S.encode()})
 
     def _authorized(self, headers: dict) -> bool:
         scheme, _, given = headers.get(b"authorization", b"").decode("latin-1").partition(" ")

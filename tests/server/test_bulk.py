@@ -82,7 +82,7 @@ def app_port(loaded_model):
 
 
 def test_each_item_gets_its_own_answer_or_error_then_a_closing_line(app_port):
-    items = [{"questions": QUESTIONS}]                                       # shared by the lines after it
+    items = [{"questions": QUESTIONS}, {"model": "jev-latest"}]              # shared by the lines after them
     items += [{"id": f"ticket-{i}", "state": f"parcel {i} is late"} for i in range(20)]
     items += [b"not json", {"state": "x", "questions": {"q": {"type": "choice", "criteria": "none"}}},
               b"x" * 5000, {"id": 7, "state": "own questions", "questions": {"u": {"type": "noul"}}},
@@ -224,3 +224,93 @@ def _rss_kb(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise AssertionError(f"no RSS for {pid}")
+
+
+class Upstream:
+    """A daemon stand-in for the gateway's routes: ready, each decide taking `seconds`, counted."""
+
+    def __init__(self, seconds: float = 0.0, fail: bool = False):
+        self.seconds, self.fail, self.decides = seconds, fail, 0
+
+    def start(self) -> None:
+        pass
+
+    async def close(self) -> None:
+        pass
+
+    async def call(self, op: str, body=None, timeout_ms=None, wait_s=30.0) -> dict:
+        if op == "status":
+            return {"state": "ready"}
+        self.decides += 1
+        await asyncio.sleep(self.seconds)
+        if self.fail:
+            raise RuntimeError("a fault of the gateway's")
+        return {"model": "stand-in", "answers": {"u": {"type": "noul", "noul": 0.5,
+                                                       "probabilities": {"false": 0.5, "true": 0.5}}},
+                "usage": {"input_tokens": 1, "output_tokens": 1}, "latency_ms": 1.0}
+
+
+def _routes(upstream, max_bytes: int = 4096):
+    from jevany_daemon.gateway.app import Gateway, create_app as routes
+
+    return routes(Gateway(upstream, {"max_message_bytes": max_bytes}, None, None))
+
+
+ITEM = {"state": "s", "questions": {"u": {"type": "noul"}}}
+
+
+def test_a_line_nested_past_the_parser_is_its_own_error(app_port):
+    deep = b'{"state": ' + b"[" * 1500 + b"]" * 1500 + b', "questions": {"u": {"type": "noul"}}}'     # within the line cap
+    stream = Stream(app_port, [{"state": "before", "questions": QUESTIONS}, deep, {"state": "after", "questions": QUESTIONS}])
+    *lines, closing = list(stream.lines())
+    stream.close()
+    assert closing == {"done": True, "items": 3, "answered": 2, "failed": 1}
+    assert "nests deeper" in {line["index"]: line for line in lines}[1]["error"]["message"]
+
+
+def test_a_stalled_body_ends_the_call_once_its_items_are_answered(monkeypatch):
+    from jevany_daemon.gateway import bulk
+
+    monkeypatch.setattr(bulk, "STALL_S", 0.5)
+    upstream = Upstream(seconds=1.0)       # each item slower than the stall bound: the route is not waiting then
+    with serving(_routes(upstream)) as port:
+        gate = threading.Event()
+
+        def lines():
+            yield ITEM
+            yield ITEM
+            gate.wait(60)                  # then the body sends nothing more until the test ends
+
+        stream = Stream(port, lines(), "?in_flight=1")
+        *answers, closing = list(stream.lines())
+        gate.set()
+        stream.close()
+    assert sorted(line["index"] for line in answers) == [0, 1] and all("answer" in line for line in answers)
+    assert closing["done"] is False and "sent nothing" in closing["error"]["message"] and closing["answered"] == 2
+
+
+def test_a_client_that_goes_away_stops_its_items_being_sent():
+    upstream = Upstream(seconds=0.05)
+    with serving(_routes(upstream, max_bytes=1 << 20)) as port:
+        stream = Stream(port, [ITEM] * 500, "?in_flight=2")
+        next(stream.lines())               # the body is in, an answer out: then the client goes
+        stream.close()
+
+        def settled():
+            before = upstream.decides
+            time.sleep(0.3)                # watching a counter for a change, bounded by wait_for
+            return upstream.decides == before
+
+        wait_for(settled, 30, "the stand-in's decides to stop")
+    assert upstream.decides < 50, f"{upstream.decides} of 500 items were sent after their client went away"
+
+
+def test_a_fault_in_a_route_is_a_500_in_its_contract_s_shape_with_a_request_id():
+    with serving(_routes(Upstream(fail=True))) as port:
+        http = Http(port)
+        status, headers, reply = http.request("POST", "/v1/systemone", ITEM)
+        assert status == 500 and headers["x-typesafe-request-id"] and isinstance(reply["detail"], str)
+        decisions = {"model": "m", "input": "x", "questions": [{"type": "predicate", "instructions": "x"}]}
+        status, headers, reply = http.request("POST", "/v1/decisions", decisions)
+        assert status == 500 and headers["x-typesafe-request-id"] and reply["error"]["type"] == "server_error"
+        http.close()

@@ -283,6 +283,10 @@ def test_decisions_errors_carry_openai_s_envelope(apps, model):
     status, headers, reply = http.request("POST", "/v1/decisions", bad)
     assert status == 400 and reply["error"]["type"] == "invalid_request_error"
     assert reply["error"]["param"].startswith("questions.0")
+    numbered = {**DECISIONS, "questions": [{"type": "choice", "instructions": "x",
+                                            "choices": [{"value": 1}, {"value": True}]}]}
+    status, _, reply = http.request("POST", "/v1/decisions", numbered)     # 1 is not taken for true
+    assert status == 400 and reply["error"]["param"] == "questions.0.choices.0.value"
     status, _, reply = http.request("POST", "/v1/decisions", {**DECISIONS, "model": "gpt-6-luna"})
     assert status == 404 and reply["error"]["code"] == "model_not_found"
     image = {**DECISIONS, "input": [{"role": "user", "content": [
@@ -303,3 +307,76 @@ def post_to(port, path, body, headers=None):
         return http.request("POST", path, body, headers=headers)
     finally:
         http.close()
+
+
+def test_compressed_bodies_count_in_the_gateway_budget_as_decoded():
+    # Twelve small gzip bodies held at once fit a budget of eight bodies of the cap; the decoded
+    # bytes are what is held. Bulk calls each hold two bodies' worth while they run.
+    import asyncio
+
+    from jevany_daemon.gateway.guard import BODY_BUDGET_MESSAGES, BULK_RESERVE_MESSAGES, RequestGuard
+
+    async def scenario():
+        release, inside = asyncio.Event(), []
+
+        async def app(scope, receive, send):
+            inside.append(scope["path"])
+            await release.wait()
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            await send({"type": "http.response.body", "body": b""})
+
+        guard = RequestGuard(app, token=None, max_body_bytes=4096)
+        packed = gzip.compress(json.dumps(BODY).encode())
+
+        async def call(path, headers, body):
+            sent, messages = [], iter([{"type": "http.request", "body": body, "more_body": False}])
+
+            async def receive():
+                return next(messages, {"type": "http.disconnect"})
+
+            async def send(message):
+                sent.append(message)
+
+            scope = {"type": "http", "method": "POST", "path": path, "root_path": "", "headers": headers}
+            await guard(scope, receive, send)
+            return sent[0]["status"]
+
+        encoded = [(b"content-type", b"application/json"), (b"content-encoding", b"gzip"),
+                   (b"content-length", str(len(packed)).encode())]
+        calls = [asyncio.ensure_future(call("/v1/systemone", encoded, packed)) for _ in range(12)]
+        bulks = [asyncio.ensure_future(call("/v1/systemone/bulk", [], b"")) for _ in range(BODY_BUDGET_MESSAGES)]
+        while len(inside) < 12 + 3 and not all(c.done() for c in bulks[3:]):
+            await asyncio.sleep(0.01)     # until every call has been let in or refused (bounded below)
+        refused = [c.result() for c in bulks if c.done()]
+        release.set()
+        return [await c for c in calls], [await c for c in bulks], refused
+
+    plain, bulk, refused = asyncio.run(asyncio.wait_for(scenario(), 30))
+    assert plain == [200] * 12
+    # what is left of the budget after the twelve decoded bodies, in bulk calls' reserves
+    assert len(refused) == BODY_BUDGET_MESSAGES - (BODY_BUDGET_MESSAGES - 1) // BULK_RESERVE_MESSAGES
+    assert set(refused) == {429} and bulk.count(200) == (BODY_BUDGET_MESSAGES - 1) // BULK_RESERVE_MESSAGES
+
+
+def test_zstd_bodies_decode_on_the_standard_library_s_module_too(monkeypatch):
+    # Python 3.14's compression.zstd is what backports.zstd backports: the same names, imported first.
+    import sys
+    import types
+
+    import backports.zstd
+
+    from jevany_daemon.gateway.encodings import decode
+
+    package = types.ModuleType("compression")
+    package.zstd = backports.zstd
+    monkeypatch.setitem(sys.modules, "compression", package)
+    monkeypatch.setitem(sys.modules, "compression.zstd", backports.zstd)
+    assert decode(compress(b"{}" * 100), "zstd", 1000) == b"{}" * 100
+
+
+def test_the_api_description_names_every_route(apps):
+    http = Http(apps[0])
+    status, _, spec = http.request("GET", "/openapi.json")
+    http.close()
+    assert status == 200
+    assert {"/v1/systemone", "/v1/decisions", "/v1/systemone/bulk", "/v1/models", "/health"} <= set(spec["paths"])
