@@ -12,6 +12,7 @@ the supervisor never imports an HTTP stack.
     dialects.py     where JevAny's API and TypeSafe's Jev API differ: answer and error bodies (--http-dialect)
     decisions.py    OpenAI's Decisions API (POST /v1/decisions) as a decide request and back
     bulk.py         POST /v1/systemone/bulk: JSON lines in, each answer out as it finishes
+    assets.py       images sent in a multipart body, kept in the uploads directory while checked
     paths.py        the paths the guard and the connection protocol treat apart
     encodings.py    compressed request bodies (zstd, gzip), decoded within --max-message-bytes
     app.py          the routes (CORS as JevAny's)

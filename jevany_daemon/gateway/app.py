@@ -28,6 +28,7 @@ from jevany_client.errors import InvalidRequestError, JevanyError
 from jevany_daemon import __version__
 from jevany_daemon.server.validation import cors_origins
 
+from . import assets
 from .bulk import DEFAULT_IN_FLIGHT, MAX_IN_FLIGHT, MEDIA_TYPE, BulkStream
 from .decisions import DecisionsRequest, usage as decisions_usage
 from .dialects import OPENAI, answer_body, error_body
@@ -48,8 +49,10 @@ DECIDE_WAIT_S = 600.0     # without a timeout header, the longest an HTTP caller
 class Gateway:
     """What the routes share: the upstream socket, whether the model has loaded, the policy."""
 
-    def __init__(self, upstream: Upstream, settings: dict, token: str | None, metrics_url: str | None):
+    def __init__(self, upstream: Upstream, settings: dict, token: str | None, metrics_url: str | None,
+                 uploads: str | None = None):
         self.upstream = upstream
+        self.uploads = assets.Uploads(uploads)     # where images sent in a body go while checked (None: media off)
         self.settings = settings
         self.token = token
         self.metrics_url = metrics_url
@@ -144,7 +147,7 @@ def create_app(gateway: Gateway) -> FastAPI:
             return from_error(exc, dialect)
 
     @app.post(SYSTEMONE_PATH)
-    async def systemone(request: SystemOneRequest,
+    async def systemone(request: SystemOneRequest, http: Request,
                         timeout_ms: str | None = Header(default=None, alias=TIMEOUT_HEADER,
                                                         description="Give up unless scoring begins within "
                                                                     "this many milliseconds (504)."),
@@ -155,7 +158,16 @@ def create_app(gateway: Gateway) -> FastAPI:
         if (unsupported := request.unsupported()) is not None:
             code, where, why = unsupported
             return error_response(code, why, gateway.dialect, loc=where)
-        result = await decide(request.to_body(), timeout_ms, gateway.dialect)
+        uploaded = []
+        if request.assets:
+            try:
+                uploaded = gateway.uploads.place(request.assets, http.scope.get(assets.SCOPE_KEY))
+            except InvalidRequestError as exc:
+                return error_response(exc.code, exc.message, gateway.dialect, loc=["body", "assets"])
+        try:
+            result = await decide(request.to_body(uploaded), timeout_ms, gateway.dialect)
+        finally:
+            gateway.uploads.remove(uploaded)       # the worker has its own copy by the time it answers
         if isinstance(result, JSONResponse):
             return result
         # Already plain JSON types (msgpack's); straight to the encoder, which refuses NaN.

@@ -200,10 +200,10 @@ class Reading:
             first = exc.errors()[0]
             where = ".".join(str(part) for part in first["loc"])
             return InvalidRequestError(f"{where}: {first['msg']}" if where else first["msg"])
-        unsupported = request.unsupported()
-        if unsupported is not None:
-            return InvalidRequestError(unsupported[2])
-        return request.to_body()
+        try:
+            return request.to_body()      # a box question, or assets (one request each, on /v1/systemone)
+        except ValueError as exc:
+            return InvalidRequestError(str(exc))
 
     async def _lines(self):
         """The body's lines as they arrive; a line past max_line is an InvalidRequestError in its place,

@@ -18,8 +18,9 @@ embedded app alike:
   runs);
 - decodes a compressed body (Content-Encoding zstd or gzip, encodings.py)
   to at most --max-message-bytes, so the routes see it plain;
-- refuses images sent as multipart assets (typesafe-sdk's form) with a
-  typed 422: media is read by path under --media-root, never uploaded;
+- splits a multipart body (typesafe-sdk's images as assets) on
+  /v1/systemone into its JSON and its images (assets.py), a typed 422
+  elsewhere;
 - counts a JSON body's maps, arrays and values before it is parsed, and
   refuses past the daemon's own caps (protocol.py) with its 422: a body of
   2.7 million empty maps would cost seconds of the gateway's one event loop;
@@ -33,20 +34,19 @@ import hmac
 import json
 import re
 
+from jevany_client.errors import InvalidRequestError
 from jevany_client.protocol import MAX_CONTAINERS, MAX_VALUES
 
-from .paths import BULK_PATH, DECISIONS_PATH
+from . import assets
 from .dialects import OPENAI, error_body, error_status
 from .encodings import BodyEncodingError, decode
+from .paths import BULK_PATH, DECISIONS_PATH, SYSTEMONE_PATH
 from .replies import ERROR_CODE_HEADER, RETRY_AFTER_S
+from .shapes import ASSETS_HERE
 
 PUBLIC_PATHS = frozenset(("/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"))
 BODY_BUDGET_MESSAGES = 8        # bodies of --max-message-bytes the gateway may hold at once
 BULK_RESERVE_MESSAGES = 2       # of them, a bulk call's: the line it reads, and the lines in flight
-MULTIPART_REFUSED = ("images sent as multipart/form-data assets are not served: this daemon reads media by "
-                     "path, as JevAny's `media` entries ({\"type\": \"image\", \"uri\": PATH}) under the "
-                     "directory its --media-root names, on a model that reads images; send the request as "
-                     "JSON")
 _STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
 
 
@@ -104,7 +104,15 @@ class RequestGuard:
                 reserve = len(body)
                 scope = _decoded_scope(scope, len(body))
             if _is_multipart(headers):
-                return await _refuse(send, dialect, 422, "unsupported_media", MULTIPART_REFUSED)
+                if _route_path(scope) != SYSTEMONE_PATH:
+                    return await _refuse(send, dialect, 422, "unsupported_media", ASSETS_HERE)
+                try:
+                    body, parts = assets.split(body, headers[b"content-type"].decode("latin-1"))
+                except InvalidRequestError as exc:
+                    return await _refuse(send, dialect, 422, "invalid_request", exc.message)
+                # The route reads the JSON; the images ride along in the scope (assets.py).
+                scope = {**_as_json(scope, len(body)), assets.SCOPE_KEY: parts}
+                headers = dict(scope["headers"])
             problem = count_problem(body) if _is_json(headers) else None
             if problem is not None:
                 return await _refuse(send, dialect, 422, "invalid_request", problem)
@@ -153,6 +161,13 @@ def _has_body(scope, headers: dict, declared: int | None) -> bool:
 
 def _is_multipart(headers: dict) -> bool:
     return headers.get(b"content-type", b"").split(b";")[0].strip().lower() == b"multipart/form-data"
+
+
+def _as_json(scope, size: int):
+    """The request as the routes see it once its JSON part is taken out of a multipart body."""
+    headers = [(k, v) for k, v in scope["headers"] if k.lower() not in (b"content-type", b"content-length")]
+    return {**scope, "headers": [*headers, (b"content-type", b"application/json"),
+                                 (b"content-length", str(size).encode())]}
 
 
 def _decoded_scope(scope, size: int):

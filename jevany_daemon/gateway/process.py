@@ -68,6 +68,7 @@ def main(argv=None) -> int:
     parser.add_argument("--settings", default=None, help="ServeSettings as JSON")
     parser.add_argument("--settings-fd", type=int, default=None, help="a descriptor to read them from instead")
     parser.add_argument("--metrics-url", default=None)
+    parser.add_argument("--uploads", default=None, help="where images sent in request bodies are written")
     parser.add_argument("--parent", type=int, required=True)
     args = parser.parse_args(argv)
     settings = read_settings(args.settings, args.settings_fd)
@@ -77,7 +78,7 @@ def main(argv=None) -> int:
         token = Path(settings["http_token_file"]).read_text(encoding="utf-8").strip()
     listener = socket.socket(fileno=args.fd)
     upstream = Upstream(args.upstream, settings["max_message_bytes"], tenant=http_tenant(token))
-    app = create_app(Gateway(upstream, settings, token, args.metrics_url))
+    app = create_app(Gateway(upstream, settings, token, args.metrics_url, args.uploads))
     config = uvicorn.Config(app, http=GuardedHttp, log_level="warning", access_log=False, server_header=False,
                             timeout_graceful_shutdown=GRACEFUL_STOP_S, timeout_keep_alive=KEEP_ALIVE_S,
                             lifespan="on", backlog=2048)

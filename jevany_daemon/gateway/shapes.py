@@ -17,6 +17,8 @@ from pydantic import AfterValidator, BaseModel, Field, model_validator
 MAX_OPTIONS = 4096
 MAX_QUESTIONS = 64
 MAX_MEDIA = 32
+ASSETS_HERE = ("images as assets are served on POST /v1/systemone, sent as multipart/form-data (the JSON in a "
+               "part named request, each image in the part its asset names)")
 
 
 def _finite(value: Any) -> Any:
@@ -91,15 +93,11 @@ class SystemOneRequest(BaseModel):
     model: str = Field(default="jevany-latest", min_length=1)
     media: list[Media] = Field(default_factory=list, max_length=MAX_MEDIA)
     questions: dict[str, Question] = Field(min_length=1, max_length=MAX_QUESTIONS)
-    # The Jev API's images, each naming a part of a multipart body: refused (unsupported), never dropped.
+    # The Jev API's images, each naming a part of a multipart body (gateway/assets.py); never dropped.
     assets: dict[str, Any] | None = None
 
     def unsupported(self) -> tuple[str, list, str] | None:
         """What a valid request asks that this daemon does not serve: (code, where, why), or None."""
-        if self.assets:
-            return ("unsupported_media", ["body", "assets"],
-                    "images sent as assets are not served: this daemon reads media by path, as JevAny's "
-                    "`media` entries under the directory its --media-root names, on a model that reads images")
         for qid, q in self.questions.items():
             if q.type == "box":
                 return ("invalid_request", ["body", "questions", qid, "type"],
@@ -107,10 +105,13 @@ class SystemOneRequest(BaseModel):
                         "model answers noul, choice and score questions only")
         return None
 
-    def to_body(self) -> dict:
-        """The strict protocol-v1 decide body: only the fields the daemon knows."""
+    def to_body(self, uploaded: list[str] | None = None) -> dict:
+        """The strict protocol-v1 decide body: only the fields the daemon knows; uploaded: the paths the
+        assets' images were written to (gateway/assets.py), after JevAny's media entries."""
         if (unsupported := self.unsupported()) is not None:
             raise ValueError(unsupported[2])
+        if self.assets and uploaded is None:
+            raise ValueError(ASSETS_HERE)
         questions = {}
         for qid, q in self.questions.items():
             question = {"type": q.type, "instructions": q.instructions}
@@ -118,6 +119,8 @@ class SystemOneRequest(BaseModel):
                 question["criteria"] = q.criteria
             questions[qid] = question
         body = {"state": self.state, "questions": questions, "model": self.model}
-        if self.media:
-            body["media"] = [{"type": m.type, "uri": m.uri} for m in self.media]
+        media = [{"type": m.type, "uri": m.uri} for m in self.media]
+        media += [{"type": "image", "uri": path} for path in uploaded or ()]
+        if media:
+            body["media"] = media
         return body

@@ -1,6 +1,7 @@
 """Media requests, the half that needs no model: where a file may come from and what it may hold.
 
-    policy.py   the media root, path rules and caps (JevAny's, with its messages); no torch
+    policy.py   the media root, path rules and caps (JevAny's, with its messages), the uploads
+                directory; no torch
     checks.py   checking each file's bytes with Pillow or PyAV for what they declare
     files.py    reading a file once, safely (no FIFO, no final symlink), and its digest
     frames.py   a video's frames as its header declared them, or an error

@@ -35,12 +35,13 @@ def main(argv=None) -> int:
     parser.add_argument("--identity", required=True)
     parser.add_argument("--settings", default=None, help="ServeSettings as JSON")
     parser.add_argument("--settings-fd", type=int, default=None, help="a descriptor to read them from instead")
+    parser.add_argument("--uploads", default=None, help="the directory of images sent in request bodies")
     parser.add_argument("--parent", type=int, default=None,
                         help="the supervisor's pid (given, since it may die before this process asks)")
     args = parser.parse_args(argv)
     # The supervisor stops this process; a Ctrl-C sent to the whole process group must not.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    policy = MediaPolicy.from_settings(read_settings(args.settings, args.settings_fd))
+    policy = MediaPolicy.from_settings(read_settings(args.settings, args.settings_fd), uploads=args.uploads)
     parent = os.getppid() if args.parent is None else args.parent
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)

@@ -8,6 +8,12 @@ video. Each refusal has its own message, JevAny's word for word, so callers
 that match on them keep working. Each file is read once (files.py: no FIFO,
 no final symlink, nothing past the byte cap), its bytes checked (checks.py)
 and their digest reported, so the worker can tell it decodes those same bytes.
+
+Images sent in an HTTP request's body (the Jev API's multipart assets) are
+written by the gateway into the daemon's own uploads directory (0700, in its
+private run directory, under names nobody can guess) for as long as their
+request runs; a path there passes as if it were inside the root, and every
+other rule and cap applies to it as to any file.
 """
 import os
 from dataclasses import dataclass
@@ -21,6 +27,11 @@ from .files import read_regular, stamp
 MEDIA_TYPES = ("image", "video")
 
 
+def uploads_dir(rundir: str) -> str:
+    """Where the gateway writes a request's uploaded images, in the supervisor's run directory."""
+    return os.path.join(rundir, "uploads")
+
+
 @dataclass(frozen=True)
 class MediaPolicy:
     root: str | None
@@ -28,12 +39,13 @@ class MediaPolicy:
     total_bytes: int = 100 << 20
     max_pixels: int = 4096 * 4096
     max_video_frames: int = 3600
+    uploads: str | None = None        # the uploads directory (uploads_dir), for images sent in a body
 
     @classmethod
-    def from_settings(cls, settings: dict) -> "MediaPolicy":
+    def from_settings(cls, settings: dict, uploads: str | None = None) -> "MediaPolicy":
         """From ServeSettings.to_dict() (what workers and the gateway are given)."""
         return cls(settings.get("media_root"), settings["media_max_bytes"], settings["media_total_bytes"],
-                   settings["media_max_pixels"], settings["media_max_video_frames"])
+                   settings["media_max_pixels"], settings["media_max_video_frames"], uploads)
 
     @property
     def enabled(self) -> bool:
@@ -62,7 +74,7 @@ class MediaPolicy:
             raise refused("configured media root is not a directory")
         resolved, total = [], 0
         for kind, uri in items:
-            path = _inside(root, uri)
+            path = _inside(root, uri, self.uploads)
             data = read_regular(path, self.max_bytes)
             total += len(data)
             if total > self.total_bytes:
@@ -72,7 +84,7 @@ class MediaPolicy:
         return resolved
 
 
-def _inside(root: Path, uri: str) -> Path:
+def _inside(root: Path, uri: str, uploads: str | None = None) -> Path:
     if "://" in uri:
         raise refused("network media URIs are not allowed")
     candidate = Path(uri)
@@ -82,7 +94,7 @@ def _inside(root: Path, uri: str) -> Path:
         raise refused("server cannot access media file; check shared directory and file permissions") from None
     except (OSError, RuntimeError):      # missing, or a symlink loop
         raise refused("media file does not exist") from None
-    if not path.is_relative_to(root):
+    if not (path.is_relative_to(root) or (uploads is not None and path.parent == Path(uploads).resolve())):
         raise refused("media path is outside JEVANY_MEDIA_ROOT")
     if not path.is_file():
         raise refused("media path is not a regular file")

@@ -15,6 +15,8 @@ import sys
 
 import zmq
 
+from jevany_daemon.media.policy import uploads_dir
+
 from .handoff import settings_fd
 from .logs import event
 from .validation import http_address
@@ -35,6 +37,7 @@ class GatewayProcess:
         self.address = settings.http
         self.listener = _listen(settings.http)
         self.endpoint = f"ipc://{rundir}/gateway.sock"
+        self.rundir = rundir
         self.sock = ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.MAXMSGSIZE, settings.max_message_bytes)
@@ -60,6 +63,8 @@ class GatewayProcess:
                 "--settings-fd", str(settings), "--parent", str(os.getpid())]
         if self.metrics_url:
             argv += ["--metrics-url", self.metrics_url]
+        if self.settings.media_root:
+            argv += ["--uploads", uploads_dir(self.rundir)]    # MediaChecks made it; images sent in bodies go there
         # Its own session: a Ctrl-C at the terminal reaches the supervisor, which drains, and
         # stops the gateway only after every HTTP caller has had its reply.
         try:

@@ -21,6 +21,8 @@ from itertools import count
 import msgpack
 import zmq
 
+from jevany_daemon.media.policy import uploads_dir
+
 from .handoff import settings_fd
 from .logs import event
 
@@ -36,6 +38,8 @@ class MediaChecks:
     def __init__(self, ctx, poller, rundir: str, settings, clock):
         self.settings, self.poller, self.clock = settings, poller, clock
         self.endpoint = f"ipc://{rundir}/media.sock"
+        self.uploads = uploads_dir(rundir)
+        os.makedirs(self.uploads, mode=0o700, exist_ok=True)     # the gateway writes uploaded images here
         self.sock = ctx.socket(zmq.ROUTER)
         self.sock.setsockopt(zmq.LINGER, 0)
         self.sock.setsockopt(zmq.ROUTER_MANDATORY, 1)
@@ -65,7 +69,8 @@ class MediaChecks:
         name = f"media.{next(self._serials)}"
         settings = settings_fd(self.settings.to_dict())     # not on its command line, which anyone may read
         argv = [sys.executable, "-m", "jevany_daemon.media.checker", "--endpoint", self.endpoint,
-                "--identity", name, "--settings-fd", str(settings), "--parent", str(os.getpid())]
+                "--identity", name, "--settings-fd", str(settings), "--uploads", self.uploads,
+                "--parent", str(os.getpid())]
         try:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, pass_fds=(settings,))
         finally:

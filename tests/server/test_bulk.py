@@ -86,15 +86,16 @@ def test_each_item_gets_its_own_answer_or_error_then_a_closing_line(app_port):
     items += [{"id": f"ticket-{i}", "state": f"parcel {i} is late"} for i in range(20)]
     items += [b"not json", {"state": "x", "questions": {"q": {"type": "choice", "criteria": "none"}}},
               b"x" * 5000, {"id": 7, "state": "own questions", "questions": {"u": {"type": "noul"}}},
-              {"state": "a box", "questions": {"b": {"type": "box"}}}, b"", b"[1, 2]"]
+              {"state": "a box", "questions": {"b": {"type": "box"}}}, b"", b"[1, 2]",
+              {"state": "an image", "assets": {"p": {"type": "image", "part": "asset-0"}}}]
     stream = Stream(app_port, items, "?in_flight=4")
     assert stream.status == 200 and stream.headers["content-type"] == "application/x-ndjson"
     got = list(stream.lines())
     stream.close()
     *answers, closing = got
-    assert closing == {"done": True, "items": 26, "answered": 21, "failed": 5}
+    assert closing == {"done": True, "items": 27, "answered": 21, "failed": 6}
     by_index = {line["index"]: line for line in answers}
-    assert sorted(by_index) == list(range(26)) and len(answers) == 26
+    assert sorted(by_index) == list(range(27)) and len(answers) == 27
     http = Http(app_port)
     for i in range(20):
         line = by_index[i]
@@ -108,6 +109,7 @@ def test_each_item_gets_its_own_answer_or_error_then_a_closing_line(app_port):
     assert by_index[23]["id"] == 7 and by_index[23]["answer"]["answers"]["u"]["type"] == "noul"
     assert "box question" in by_index[24]["error"]["message"]
     assert "each line is a JSON object" in by_index[25]["error"]["message"]
+    assert "multipart/form-data" in by_index[26]["error"]["message"]
 
 
 def test_bulk_refusals_before_the_stream(app_port):

@@ -207,23 +207,30 @@ def test_a_zstd_bomb_is_refused_by_its_decoded_size(model):
         assert took < 5
 
 
-def test_images_as_assets_and_box_questions_get_a_typed_422(apps):
+def test_images_as_assets_where_media_is_off_and_box_questions_get_a_typed_422(apps):
+    # An embedded app serves text only: images sent the Jev API's way get JevAny's refusal of media
+    # (test_media_requests.py serves them on a daemon with a media root).
     from typesafe_sdk._core.multipart import Part, encode_multipart
 
     body = {**BODY, "assets": {"photo": {"type": "image", "part": "asset-0"}}}
     kind, raw = encode_multipart([Part("request", "application/json", json.dumps(body).encode()),
                                   Part("asset-0", "image/png", b"\x89PNG\r\n\x1a\n", "asset-0")])
     for port in apps:
-        status, headers, reply = post(port, None, raw=raw, headers={"Content-Type": kind})
-        assert status == 422 and headers["x-jevany-daemon-error"] == "unsupported_media"
-        assert "assets are not served" in json.dumps(reply)
-        status, headers, reply = post(port, body)                  # assets named in a JSON body: not dropped
-        assert status == 422 and headers["x-jevany-daemon-error"] == "unsupported_media"
+        for sent in ({"raw": raw, "headers": {"Content-Type": kind}}, {"body": body}):
+            status, headers, reply = post(port, sent.get("body"), raw=sent.get("raw"), headers=sent.get("headers"))
+            assert status == 422 and "media is disabled" in json.dumps(reply)
         box = {**BODY, "questions": {**QUESTIONS, "dog": {"type": "box", "instructions": "The dog"}}}
         status, headers, reply = post(port, box)
         assert status == 422 and "'dog' is a box question" in json.dumps(reply)
+        bad = {"raw": b"--x\r\nContent-Disposition: form-data\r\n\r\n{}\r\n--x--\r\n",
+               "headers": {"Content-Type": "multipart/form-data; boundary=x"}}
+        status, _, reply = post(port, None, **bad)
+        assert status == 422 and "needs a name" in json.dumps(reply)
     strict = post(apps[1], box)[2]
     assert strict["detail"][0]["loc"] == ["body", "questions", "dog", "type"]
+    status, headers, reply = post_to(apps[0], "/v1/decisions", None, {"Content-Type": kind}, raw)
+    assert status == 400 and headers["x-jevany-daemon-error"] == "unsupported_media"
+
 
 
 DECISIONS = {
@@ -301,10 +308,10 @@ def test_decisions_errors_carry_openai_s_envelope(apps, model):
         assert status == 401 and reply["error"]["type"] == "authentication_error"
 
 
-def post_to(port, path, body, headers=None):
+def post_to(port, path, body, headers=None, raw=None):
     http = Http(port)
     try:
-        return http.request("POST", path, body, headers=headers)
+        return http.request("POST", path, body, headers=headers, raw=raw)
     finally:
         http.close()
 

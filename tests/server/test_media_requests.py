@@ -1,7 +1,9 @@
 """Media requests through a real daemon: checked by the media checker process, never on the loop."""
+import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 
@@ -244,3 +246,69 @@ def test_a_file_swapped_after_its_check_is_refused(start_daemon, tmp_path):
             pass
     assert outcome["err"].message == "media file changed after it was checked; send the request again"
     assert daemon.stop() == 0
+
+
+def test_images_sent_as_the_jev_api_s_assets_are_checked_and_answered_as_by_path(start_daemon, tmp_path):
+    # typesafe-sdk's Image: a multipart body. The gateway keeps each image in the daemon's uploads
+    # directory while its request runs; the answer is the one the same file by path gets.
+    from typesafe_sdk import Choice, TypeSafeClient
+    from typesafe_sdk import Image as SdkImage
+
+    from jevany_daemon.model.tiny import build_tiny_model
+
+    from .http_proc import Http, free_port
+
+    model_dir = build_tiny_model(tmp_path / "mm", arch="qwen3_5", readout="pointer", multimodal=True)
+    root = tmp_path / "media"
+    root.mkdir()
+    picture = Image.new("RGB", (48, 32))
+    picture.putdata([(x * 5, y * 7, (x + y) * 3) for y in range(32) for x in range(48)])
+    picture.save(root / "cat.png")
+    Image.new("1", (5000, 5000)).save(tmp_path / "bomb.png")
+    port = free_port()
+    daemon = start_daemon("--media-root", str(root), "--http", f"127.0.0.1:{port}", model=model_dir)
+    wait_for(lambda: _healthy(port), 60, "the gateway answering /health")
+    criteria = {"cat": None, "dog": None, "bird": None}
+    with TypeSafeClient(api_key="none", base_url=f"http://127.0.0.1:{port}", retry=None) as client:
+        sent = client.system_one(state="what is in the picture?", assets={"photo": SdkImage((root / "cat.png").read_bytes())},
+                                 questions={"q": Choice(criteria=criteria)})
+    http = Http(port)
+    status, _, by_path = http.request("POST", "/v1/systemone", {
+        "state": "what is in the picture?", "media": [{"type": "image", "uri": "cat.png"}],
+        "questions": {"q": {"type": "choice", "criteria": criteria}}})
+    assert status == 200
+    for option, p in by_path["answers"]["q"]["probabilities"].items():
+        assert abs(sent.choices["q"].probabilities[option] - p) <= 1e-6
+    # the media rules hold for an uploaded image as for a file under the root
+    from typesafe_sdk._core.multipart import Part, encode_multipart
+
+    body = {"state": "x", "questions": {"q": {"type": "choice", "criteria": criteria}},
+            "assets": {"p": {"type": "image", "part": "asset-0"}}}
+    kind, raw = encode_multipart([Part("request", "application/json", json.dumps(body).encode()),
+                                  Part("asset-0", "image/png", (tmp_path / "bomb.png").read_bytes(), "asset-0")])
+    status, _, reply = http.request("POST", "/v1/systemone", None, raw=raw, headers={"Content-Type": kind})
+    assert (status, reply["detail"]) == (422, f"image exceeds {4096 * 4096} pixels")
+    kind, raw = encode_multipart([Part("request", "application/json", json.dumps(body).encode()),
+                                  Part("asset-9", "image/png", b"png", "asset-9")])
+    status, _, reply = http.request("POST", "/v1/systemone", None, raw=raw, headers={"Content-Type": kind})
+    assert status == 422 and "names part 'asset-0', which the body lacks" in reply["detail"]
+    http.close()
+    # nothing is left of them: the uploads directory the gateway was given is empty
+    gateway = daemon.status()["http"]["pid"]
+    argv = Path(f"/proc/{gateway}/cmdline").read_bytes().split(b"\0")
+    uploads = Path(argv[argv.index(b"--uploads") + 1].decode())
+    assert uploads.is_dir() and (uploads.stat().st_mode & 0o777) == 0o700 and list(uploads.iterdir()) == []
+    assert daemon.stop() == 0
+
+
+def _healthy(port: int) -> bool:
+    from .http_proc import Http
+
+    try:
+        http = Http(port, timeout=5)
+        try:
+            return http.request("GET", "/health")[0] == 200
+        finally:
+            http.close()
+    except OSError:
+        return False
