@@ -207,20 +207,24 @@ class Reading:
 
     async def _lines(self):
         """The body's lines as they arrive; a line past max_line is an InvalidRequestError in its place,
-        its bytes dropped, never gathered. Once the body is in, a watcher waits for the client to go."""
+        its bytes dropped, never gathered.
+
+        The next message is always being asked for while a chunk's lines are used (one chunk ahead,
+        at most): a client that goes away is seen at once (the server says so before any body it
+        still holds), not when the lines it had sent run out."""
         held, dropping, more = bytearray(), False, True
+        self.watcher = self._ask()
         while more:
             try:
-                message = await asyncio.wait_for(self.receive(), STALL_S)
+                message = await asyncio.wait_for(asyncio.shield(self.watcher), STALL_S)
             except asyncio.TimeoutError:
                 self.stalled = True    # the items read so far are answered; the call ends there
                 return
             if message["type"] == "http.disconnect":
-                self.gone.set()
                 return
             chunk, more = message.get("body", b""), message.get("more_body", False)
-            if not more:
-                self.watcher = asyncio.ensure_future(self._watch())
+            # With the body in, the next message can only say the client went away (or the response is done).
+            self.watcher = self._ask()
             start = 0
             while (end := chunk.find(b"\n", start)) != -1:
                 if dropping or len(held) + end - start > self.max_line:
@@ -241,9 +245,13 @@ class Reading:
         elif held.strip():
             yield bytes(held)
 
-    async def _watch(self) -> None:
-        # With the body in, the next message can only say the client went away (or the response is done).
-        if (await self.receive())["type"] == "http.disconnect":
+    def _ask(self) -> asyncio.Future:
+        asking = asyncio.ensure_future(self.receive())
+        asking.add_done_callback(self._heard)
+        return asking
+
+    def _heard(self, asking: asyncio.Future) -> None:
+        if not asking.cancelled() and asking.exception() is None and asking.result()["type"] == "http.disconnect":
             self.gone.set()
 
     def close(self) -> None:

@@ -10,6 +10,18 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def healthy(port: int) -> bool:
+    """Whether a gateway on port answers /health with 200 (ready); False while it cannot be reached."""
+    try:
+        client = Http(port, timeout=5)
+        try:
+            return client.request("GET", "/health")[0] == 200
+        finally:
+            client.close()
+    except OSError:
+        return False
+
+
 class Http:
     """One keep-alive connection; request() returns (status, headers, decoded JSON or text)."""
 

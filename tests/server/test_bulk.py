@@ -20,7 +20,7 @@ from jevany_daemon.engine.engine import Engine
 
 from .asgi_thread import serving
 from .daemons import wait_for
-from .http_proc import Http, free_port
+from .http_proc import Http, free_port, healthy
 
 QUESTIONS = {"urgent": {"type": "noul", "instructions": "Urgent?"},
              "team": {"type": "choice", "criteria": {"billing": None, "shipping": "parcels"}}}
@@ -69,6 +69,12 @@ class Stream:
                 yield json.loads(line)
 
     def close(self) -> None:
+        # shutdown first: close() alone leaves the connection open while the writer thread is blocked
+        # sending on it (the server not reading yet), and the server would never see the client go
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass        # already gone
         self.file.close()
         self.sock.close()
         self.writer.join(30)
@@ -129,7 +135,7 @@ def test_thousands_of_items_in_one_call_through_the_daemon(start_daemon):
     # benchmarks/bulk_bench.py runs the same with 10,000 items and reports its figures.
     port = free_port()
     daemon = start_daemon("--http", f"127.0.0.1:{port}", "--max-batch-size", "32", readout="choice")
-    wait_for(lambda: _health(port) == 200, 60, "the gateway answering /health")
+    wait_for(lambda: healthy(port), 60, "the gateway answering /health")
     gateway = daemon.status()["http"]["pid"]
     before = _rss_kb(gateway)
     total = 4000
@@ -161,7 +167,7 @@ def test_thousands_of_items_in_one_call_through_the_daemon(start_daemon):
 def test_a_reader_that_stops_reading_holds_no_worker(start_daemon):
     port = free_port()
     daemon = start_daemon("--http", f"127.0.0.1:{port}", "--max-batch-size", "32", readout="choice")
-    wait_for(lambda: _health(port) == 200, 60, "the gateway answering /health")
+    wait_for(lambda: healthy(port), 60, "the gateway answering /health")
     big = {"state": "a long state " * 200, "questions": QUESTIONS}
     stream = Stream(port, (big for _ in range(5000)), "?in_flight=64")   # and never reads its answers
     wait_for(lambda: stream.sent > 100, 60, "the bulk body flowing")
@@ -207,17 +213,6 @@ def _same(a: dict, b: dict) -> bool:
         a[q].get("choice") == b[q].get("choice")
         and all(abs(p - b[q]["probabilities"][k]) <= 1e-5 for k, p in a[q].get("probabilities", {}).items())
         and abs(a[q].get("noul", 0) - b[q].get("noul", 0)) <= 0.01 for q in a)
-
-
-def _health(port: int):
-    try:
-        http = Http(port, timeout=5)
-        try:
-            return http.request("GET", "/health")[0]
-        finally:
-            http.close()
-    except OSError:
-        return None
 
 
 def _rss_kb(pid: int) -> int:
@@ -273,8 +268,8 @@ def test_a_line_nested_past_the_parser_is_its_own_error(app_port):
 def test_a_stalled_body_ends_the_call_once_its_items_are_answered(monkeypatch):
     from jevany_daemon.gateway import bulk
 
-    monkeypatch.setattr(bulk, "STALL_S", 0.5)
-    upstream = Upstream(seconds=1.0)       # each item slower than the stall bound: the route is not waiting then
+    monkeypatch.setattr(bulk, "STALL_S", 1.0)
+    upstream = Upstream(seconds=2.0)       # each item slower than the stall bound: the route is not waiting then
     with serving(_routes(upstream)) as port:
         gate = threading.Event()
 

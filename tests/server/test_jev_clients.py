@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from .daemons import Daemon, wait_for
-from .http_proc import Http, free_port
+from .http_proc import free_port, healthy
 
 TOKEN = "jevcompat-test-token"
 # The SHOULDs where JevAny's choices differ from TypeSafe's (docs/JEV-API.md), kept by default.
@@ -39,24 +39,13 @@ def daemons(trained_model):
             daemon = Daemon(directory, trained_model, *args)
             started[dialect, token] = (daemon, port)
             daemon.wait_ready()
-            wait_for(lambda: _healthy(port), 60, "the gateway answering /health")
+            wait_for(lambda: healthy(port), 60, "the gateway answering /health")
         return started[dialect, token][1]
 
     yield get
     for daemon, _ in started.values():
         daemon.stop()
         shutil.rmtree(daemon.dir, ignore_errors=True)
-
-
-def _healthy(port: int) -> bool:
-    try:
-        http = Http(port, timeout=5)
-        try:
-            return http.request("GET", "/health")[0] == 200
-        finally:
-            http.close()
-    except OSError:
-        return False
 
 
 def jevcompat(port: int, out: Path, key: str | None) -> dict:

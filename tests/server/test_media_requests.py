@@ -21,6 +21,13 @@ def with_media(*items):
     return {**TEXT, "media": [{"type": kind, "uri": uri} for kind, uri in items]}
 
 
+def _cat(path) -> None:
+    """A picture with some structure (a blank one reads the same as no picture at all)."""
+    picture = Image.new("RGB", (48, 32))
+    picture.putdata([(x * 5, y * 7, (x + y) * 3) for y in range(32) for x in range(48)])
+    picture.save(path)
+
+
 def decide_error(client, body, **kw):
     with pytest.raises((InvalidRequestError, UnsupportedMediaError, DeadlineExceededError)) as info:
         client.call("decide", body, **kw)
@@ -109,9 +116,7 @@ def test_a_media_request_amid_text_load_runs_alone_and_answers_as_in_process(sta
     model_dir = build_tiny_model(tmp_path / "mm", arch="qwen3_5", readout="pointer", multimodal=True)
     root = tmp_path / "media"
     root.mkdir()
-    picture = Image.new("RGB", (48, 32))
-    picture.putdata([(x * 5, y * 7, (x + y) * 3) for y in range(32) for x in range(48)])
-    picture.save(root / "cat.png")
+    _cat(root / "cat.png")
     daemon = start_daemon("--media-root", str(root), "--max-batch-size", "8", "--batch-policy", "greedy",
                           model=model_dir)
     media_body = {"state": {"ticket": "what is this?"}, "media": [{"type": "image", "uri": "cat.png"}],
@@ -256,18 +261,16 @@ def test_images_sent_as_the_jev_api_s_assets_are_checked_and_answered_as_by_path
 
     from jevany_daemon.model.tiny import build_tiny_model
 
-    from .http_proc import Http, free_port
+    from .http_proc import Http, free_port, healthy
 
     model_dir = build_tiny_model(tmp_path / "mm", arch="qwen3_5", readout="pointer", multimodal=True)
     root = tmp_path / "media"
     root.mkdir()
-    picture = Image.new("RGB", (48, 32))
-    picture.putdata([(x * 5, y * 7, (x + y) * 3) for y in range(32) for x in range(48)])
-    picture.save(root / "cat.png")
+    _cat(root / "cat.png")
     Image.new("1", (5000, 5000)).save(tmp_path / "bomb.png")
     port = free_port()
     daemon = start_daemon("--media-root", str(root), "--http", f"127.0.0.1:{port}", model=model_dir)
-    wait_for(lambda: _healthy(port), 60, "the gateway answering /health")
+    wait_for(lambda: healthy(port), 60, "the gateway answering /health")
     criteria = {"cat": None, "dog": None, "bird": None}
     with TypeSafeClient(api_key="none", base_url=f"http://127.0.0.1:{port}", retry=None) as client:
         sent = client.system_one(state="what is in the picture?", assets={"photo": SdkImage((root / "cat.png").read_bytes())},
@@ -299,16 +302,3 @@ def test_images_sent_as_the_jev_api_s_assets_are_checked_and_answered_as_by_path
     uploads = Path(argv[argv.index(b"--uploads") + 1].decode())
     assert uploads.is_dir() and (uploads.stat().st_mode & 0o777) == 0o700 and list(uploads.iterdir()) == []
     assert daemon.stop() == 0
-
-
-def _healthy(port: int) -> bool:
-    from .http_proc import Http
-
-    try:
-        http = Http(port, timeout=5)
-        try:
-            return http.request("GET", "/health")[0] == 200
-        finally:
-            http.close()
-    except OSError:
-        return False
