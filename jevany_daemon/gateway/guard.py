@@ -7,6 +7,9 @@ got its 413 only after parsing. This middleware runs ahead of FastAPI's
 routes (create_app adds it, inside CORS), in the daemon's gateway and in an
 embedded app alike:
 
+- refuses a request that sends Content-Type, Content-Length,
+  Content-Encoding, Transfer-Encoding or Authorization twice (400): what is
+  checked here and what the framework parses must be the same value;
 - answers 401 from the headers alone, the body unread, wherever the token is
   required (everywhere but /health and the API description);
 - answers 413 for a declared Content-Length past --max-message-bytes at once,
@@ -61,6 +64,12 @@ class RequestGuard:
             return await self.app(scope, receive, send)
         headers = dict(scope["headers"])
         dialect = dialect_for(scope, self.dialect)
+        twice = _repeated(scope["headers"])
+        if twice:
+            # The checks here read one value and the framework another (the last, the first): a JSON
+            # body declared text/plain last would be parsed unchecked.
+            return await _refuse(send, dialect, 400, "invalid_request", f"the request has more than one "
+                                 f"{twice} header; send it once")
         if self.token is not None and _route_path(scope) not in PUBLIC_PATHS and not self._authorized(headers):
             return await _refuse(send, dialect, 401, "unauthorized", "a valid 'Authorization: Bearer TOKEN' header is "
                                  "required", {b"www-authenticate": b"Bearer"})
@@ -148,6 +157,22 @@ class RequestGuard:
 def dialect_for(scope, dialect: str) -> str:
     """How a request's errors are written: OpenAI's envelope on /v1/decisions, else the dialect's."""
     return OPENAI if _route_path(scope) == DECISIONS_PATH else dialect
+
+
+SINGLE_HEADERS = (b"content-type", b"content-length", b"content-encoding", b"transfer-encoding",
+                  b"authorization")
+
+
+def _repeated(raw_headers) -> str | None:
+    """The first header of SINGLE_HEADERS the request sends more than once, by name; None if none is."""
+    seen = set()
+    for name, _ in raw_headers:
+        name = name.lower()
+        if name in SINGLE_HEADERS:
+            if name in seen:
+                return name.decode().title()
+            seen.add(name)
+    return None
 
 
 def _content_length(headers: dict) -> int | None:

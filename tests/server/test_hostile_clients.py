@@ -160,6 +160,23 @@ def test_a_bomb_over_http_is_refused_before_the_gateway_parses_it(daemon):
     assert time.monotonic() - started < 3.0
 
 
+def test_a_second_content_type_cannot_slip_a_body_past_the_count(daemon):
+    # Issue 48, item 3: the guard read the last Content-Type, the framework parses by the first. Eight
+    # megabytes of empty arrays declared JSON first and text last are refused at once, as one header is.
+    bomb = b'{"state": [' + b"[]," * 2_000_000 + b'[]], "questions": {"u": {"type": "noul"}}}'
+    for twice in (b"Content-Type: application/json\r\nContent-Type: text/plain\r\n",
+                  b"Content-Type: text/plain\r\nContent-Type: application/json\r\n"):
+        started = time.monotonic()
+        reply = _http(daemon.port, b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\n" + twice
+                      + b"Authorization: Bearer " + TOKEN.encode() + b"\r\nContent-Length: %d\r\n\r\n" % len(bomb)
+                      + bomb)
+        assert _status_line(reply) == 400 and b"more than one Content-Type header" in reply
+        assert time.monotonic() - started < 3.0
+    started = time.monotonic()
+    assert _status_line(_http(daemon.port, b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")) == 200
+    assert time.monotonic() - started < 0.5
+
+
 # --- item 5: the gateway reads no body before the token, and no more than the limit --------------------
 
 
