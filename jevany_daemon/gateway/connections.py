@@ -14,6 +14,9 @@ connections were all kept. This protocol adds, per connection:
   body within BODY_TIMEOUT_S of its headers, else the connection is closed
   (but a bulk body, read as its answers go out: it may take as long as its
   items do, and the route itself ends one that stalls while it waits on it);
+- at most MAX_PIPELINED requests queued behind the one being answered (a
+  client that pipelines faster than it reads is closed: uvicorn parses each
+  read whole, so its queue grew by thousands a read);
 - at most max_connections at once (a share of the descriptor limit): a
   newcomer past that closes the connection idle longest (between requests,
   or still sending its headers); when every one is busy with a request, the
@@ -40,6 +43,8 @@ BODY_TIMEOUT_S = 60.0
 LINGER_S = 2.0
 LINGER_BYTES = 16 << 20   # dropped while lingering, at most
 MAX_CONNECTIONS = 4096
+MAX_PIPELINED = 32        # requests queued behind the one being answered, per connection; then it is closed
+CLOSE = (0, "")           # the refusal that sends nothing: the connection is closed
 FD_SHARE = 0.5            # of the descriptor limit, the most connections may take
 
 
@@ -131,7 +136,9 @@ class GuardedHttp(HttpToolsProtocol):
                 self._unsupported_upgrade_warning()
             return
         except httptools.HttpParserError:
-            if self.refusal is not None:
+            if self.refusal is CLOSE:
+                self.transport.raw.close()        # the answers it already has stay; nothing more is read
+            elif self.refusal is not None:
                 self._refuse(*self.refusal)
             else:
                 self.logger.warning("Invalid HTTP request received.")
@@ -169,6 +176,12 @@ class GuardedHttp(HttpToolsProtocol):
         bulk = httptools.parse_url(self.url).path == BULK_PATH.encode()
         self._deadline(None if bulk else BODY_TIMEOUT_S)
         super().on_headers_complete()
+        if len(self.pipeline) > MAX_PIPELINED:
+            # A client that sends requests faster than it reads their answers: each read it sends is
+            # parsed whole, so its queue grew by thousands a read (0.7 GB in 12 s) without this bound.
+            self.pipeline.clear()
+            self.refusal = CLOSE
+            raise _Refused()
 
     def on_message_complete(self) -> None:
         self._deadline(None)
@@ -199,6 +212,17 @@ class _Lingering:
 
     def close(self) -> None:
         self.protocol.linger()
+
+    def write(self, data) -> None:
+        # Lingering or closed, our side takes no more: an answer that comes after (a pipelined one,
+        # one in flight when the connection was closed) is dropped. A write after write_eof raised,
+        # and logged a 60-line traceback per connection.
+        if self.protocol.lingering is None and not self.raw.is_closing():
+            self.raw.write(data)
+
+    def writelines(self, lines) -> None:
+        if self.protocol.lingering is None and not self.raw.is_closing():
+            self.raw.writelines(lines)
 
     def is_closing(self) -> bool:
         return self.protocol.lingering is not None or self.raw.is_closing()

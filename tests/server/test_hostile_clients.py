@@ -177,6 +177,43 @@ def test_a_second_content_type_cannot_slip_a_body_past_the_count(daemon):
     assert time.monotonic() - started < 0.5
 
 
+def test_a_client_that_pipelines_without_reading_is_closed_and_the_gateway_does_not_grow(daemon):
+    # Issue 48, item 2: uvicorn parses each read whole, so pipelined requests queued by the thousand a
+    # read (0.7 GB in 12 s from two connections); past MAX_PIPELINED queued, the connection is closed.
+    gateway = _control(daemon)["http"]["pid"]
+    tracebacks = daemon.log.read_text(errors="replace").count("Traceback")
+    before = _rss_kb(gateway)
+    burst = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" * 1000
+    conns = [socket.create_connection(("127.0.0.1", daemon.port), timeout=10) for _ in range(2)]
+    closed = set()
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline and len(closed) < len(conns):
+        for i, conn in enumerate(conns):
+            if i in closed:
+                continue
+            try:
+                conn.setblocking(False)
+                conn.send(burst)
+            except BlockingIOError:
+                pass            # its buffers are full: the gateway stopped reading it
+            except OSError:
+                closed.add(i)   # the gateway closed it
+    grew = _rss_kb(gateway) - before
+    for conn in conns:
+        conn.close()
+    assert closed == {0, 1}, "a connection pipelining thousands of unread requests was kept"
+    assert grew < 50 * 1024, f"the gateway grew {grew} kB"
+    # A few pipelined requests are still answered, each in turn.
+    with socket.create_connection(("127.0.0.1", daemon.port), timeout=10) as conn:
+        conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" * 3)
+        replies = b""
+        while replies.count(b"HTTP/1.1 200") < 3:
+            chunk = conn.recv(65536)
+            assert chunk, f"closed after {replies.count(b'HTTP/1.1 200')} answers"
+            replies += chunk
+    assert daemon.log.read_text(errors="replace").count("Traceback") == tracebacks
+
+
 # --- item 5: the gateway reads no body before the token, and no more than the limit --------------------
 
 
