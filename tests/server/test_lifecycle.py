@@ -11,7 +11,7 @@ import msgpack
 import pytest
 import zmq
 
-from jevany_client import JevTimeoutError
+from jevany_client import DeadlineExceededError, JevTimeoutError
 from jevany_daemon import workloads
 from jevany_daemon.config import EngineConfig
 from jevany_daemon.engine.engine import Engine
@@ -68,9 +68,19 @@ def test_client_timeout_then_success_on_the_same_client(start_daemon, loaded_mod
     late, after = workloads.mixed(64, seed=14, max_words=12), workloads.mixed(3, seed=15, max_words=12)
     with daemon.client(timeout=60) as client:
         assert client.ping()["pong"] is True       # connected, so the 64 below really leave
-        with pytest.raises(JevTimeoutError):
-            # 64 distinct requests pipelined, 1 ms to wait: the replies come later and must be discarded
-            client.decide_many(late, timeout=0.001)
+        # 64 distinct requests pipelined, 1 ms to wait: the replies come later and must be discarded.
+        # On a loaded machine the daemon's own refusals (deadline_exceeded: the 1 ms passed on its side
+        # too) can all be in before the client's 1 ms is seen to run out; then there is nothing late, so
+        # the round is sent again.
+        for _ in range(5):
+            try:
+                client.decide_many(late, timeout=0.001)
+            except JevTimeoutError:
+                break
+            except DeadlineExceededError:
+                continue
+        else:
+            pytest.fail("every round's replies were in before the client's 1 ms ran out")
         got = [client.call("decide", body) for body in after]
         assert client.discarded > 0                # late replies did arrive while these calls waited
     daemon.stop()
