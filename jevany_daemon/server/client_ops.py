@@ -113,10 +113,15 @@ class ClientOps:
         return {"pong": True, "version": __version__}
 
     def op_status(self, sock, envelope, request, received, payload):
-        return self.sup.status(private=sock is self.sup.control)
+        return self.sup.status(private=self._private(sock, envelope))
 
     def op_models(self, sock, envelope, request, received, payload):
-        return {"models": [self.sup.model_description(private=sock is self.sup.control)]}
+        return {"models": [self.sup.model_description(private=self._private(sock, envelope))]}
+
+    def _private(self, sock, envelope) -> bool:
+        # The control endpoint's view (the cache counters) is for whoever may send its control ops: a
+        # control socket its operator opened to everyone (0666) gives another user the public view.
+        return sock is self.sup.control and may_control(envelope)
 
     # --- control ops, answered once done -------------------------------------
 

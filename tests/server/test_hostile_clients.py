@@ -426,6 +426,32 @@ def test_the_cache_counters_are_shown_on_the_control_endpoint_only(daemon):
     assert {"hits", "misses", "reused_tokens", "size", "bytes"} <= set(private)
 
 
+def _ask_status(endpoint, answers, done) -> None:
+    with JevClient(endpoint, timeout=30) as client:
+        answers.put(client.status()["prefix_cache"])
+    done.set()
+
+
+@pytest.mark.skipif(os.getuid() != 0, reason="asking as another user needs root")
+def test_another_user_on_an_open_control_socket_sees_the_public_status(daemon):
+    # Issue 48, item 7: an operator left the control socket 0666; its status (the cache counters,
+    # which tell one client what another sent) was answered to uid 65534 as to the daemon's own user.
+    socket_file = Path(daemon.control.removeprefix("ipc://"))
+    modes = socket_file.parent.stat().st_mode & 0o777, socket_file.stat().st_mode & 0o777
+    answers = mp.get_context("fork").Queue()
+    try:
+        socket_file.parent.chmod(0o755)
+        socket_file.chmod(0o666)
+        child, done = _as_another_user(_ask_status, daemon.control, answers)
+        seen = answers.get(timeout=60)
+        child.join(30)
+    finally:
+        socket_file.parent.chmod(modes[0])
+        socket_file.chmod(modes[1])
+    assert "hits" not in seen and seen["enabled"] in (True, False)
+    assert "hits" in _control(daemon)["prefix_cache"]          # the daemon's own user still sees them
+
+
 def test_public_cache_counters_show_them_everywhere_for_a_one_tenant_host():
     from types import SimpleNamespace
 
