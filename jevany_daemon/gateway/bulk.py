@@ -18,8 +18,9 @@ the item lines, and its id when it had one), then one closing line:
 Bounded: at most `in_flight` items (?in_flight=N, 32 by default) are in the
 daemon's queue at once, their lines together at most --max-message-bytes
 (one longer item goes alone), and the body is read only while there is room,
-so a body of any length costs the gateway two messages' bytes (the guard
-reserves them from its budget for the call); a line is at most
+so a body of any length costs the gateway three messages' bytes (read
+ahead, the line being read, the lines in flight; the guard reserves them
+from its budget for the call); a line is at most
 --max-message-bytes (a longer one is that item's error, its bytes dropped as
 they pass); a call is at most MAX_LINES lines. The items share the queue and
 its batches with every other caller. A reader that falls behind holds back
@@ -32,6 +33,7 @@ no answer for STALL_S; a client that goes away stops its items being sent.
 import asyncio
 import json
 import logging
+from collections import deque
 from contextlib import aclosing
 
 from fastapi.responses import Response
@@ -138,7 +140,11 @@ class Reading:
         self.gone = asyncio.Event()           # the client disconnected
         self.room = asyncio.Condition()
         self.in_flight_bytes = 0
-        self.watcher: asyncio.Task | None = None
+        self.watcher: asyncio.Task | None = None   # the pump, reading the body ahead
+        self.arrived = asyncio.Condition()
+        self.ahead: deque[bytes] = deque()          # chunks read, their lines not yet taken
+        self.ahead_bytes = 0
+        self.body_done = False
 
     def sized(self, decide):
         """decide for (size, body) items: the line's bytes count as in flight until its answer is in."""
@@ -207,24 +213,13 @@ class Reading:
 
     async def _lines(self):
         """The body's lines as they arrive; a line past max_line is an InvalidRequestError in its place,
-        its bytes dropped, never gathered.
-
-        The next message is always being asked for while a chunk's lines are used (one chunk ahead,
-        at most): a client that goes away is seen at once (the server says so before any body it
-        still holds), not when the lines it had sent run out."""
-        held, dropping, more = bytearray(), False, True
-        self.watcher = self._ask()
-        while more:
-            try:
-                message = await asyncio.wait_for(asyncio.shield(self.watcher), STALL_S)
-            except asyncio.TimeoutError:
-                self.stalled = True    # the items read so far are answered; the call ends there
-                return
-            if message["type"] == "http.disconnect":
-                return
-            chunk, more = message.get("body", b""), message.get("more_body", False)
-            # With the body in, the next message can only say the client went away (or the response is done).
-            self.watcher = self._ask()
+        its bytes dropped, never gathered."""
+        held, dropping = bytearray(), False
+        self.watcher = asyncio.ensure_future(self._pump())
+        while True:
+            chunk = await self._next_chunk()
+            if chunk is None:
+                break
             start = 0
             while (end := chunk.find(b"\n", start)) != -1:
                 if dropping or len(held) + end - start > self.max_line:
@@ -240,19 +235,49 @@ class Reading:
                 if len(held) > self.max_line:
                     dropping = True
                     held.clear()
+        if self.gone.is_set() or self.stalled:
+            return
         if dropping:
             yield InvalidRequestError(_too_long(self.max_line))
         elif held.strip():
             yield bytes(held)
 
-    def _ask(self) -> asyncio.Future:
-        asking = asyncio.ensure_future(self.receive())
-        asking.add_done_callback(self._heard)
-        return asking
+    async def _pump(self) -> None:
+        """Asks for the body's next message whenever fewer than max_line bytes wait unread, and once
+        the body is in, for the one after (which can only say the client went away): a client that
+        goes away is seen at once, the server saying so before any body it still holds, not when the
+        lines it had sent run out."""
+        while True:
+            async with self.arrived:
+                await self.arrived.wait_for(lambda: self.ahead_bytes < self.max_line)
+            message = await self.receive()
+            async with self.arrived:
+                if message["type"] == "http.disconnect":
+                    self.gone.set()
+                    self.body_done = True
+                elif not self.body_done:
+                    chunk = message.get("body", b"")
+                    self.ahead.append(chunk)
+                    self.ahead_bytes += len(chunk)
+                    self.body_done = not message.get("more_body", False)
+                self.arrived.notify_all()
+            if self.gone.is_set() or message["type"] != "http.request":
+                return
 
-    def _heard(self, asking: asyncio.Future) -> None:
-        if not asking.cancelled() and asking.exception() is None and asking.result()["type"] == "http.disconnect":
-            self.gone.set()
+    async def _next_chunk(self) -> bytes | None:
+        """The next chunk read ahead; None once the body is in (or the client went, or it stalled)."""
+        async with self.arrived:
+            try:
+                await asyncio.wait_for(self.arrived.wait_for(lambda: self.ahead or self.body_done), STALL_S)
+            except asyncio.TimeoutError:
+                self.stalled = True    # the items read so far are answered; the call ends there
+                return None
+            if self.gone.is_set() or not self.ahead:
+                return None
+            chunk = self.ahead.popleft()
+            self.ahead_bytes -= len(chunk)
+            self.arrived.notify_all()
+            return chunk
 
     def close(self) -> None:
         if self.watcher is not None:

@@ -49,7 +49,7 @@ from .shapes import ASSETS_HERE
 
 PUBLIC_PATHS = frozenset(("/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"))
 BODY_BUDGET_MESSAGES = 8        # bodies of --max-message-bytes the gateway may hold at once
-BULK_RESERVE_MESSAGES = 2       # of them, a bulk call's: the line it reads, and the lines in flight
+BULK_RESERVE_MESSAGES = 3       # of them, a bulk call's: the body read ahead, the line it reads, the lines in flight
 _STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
 
 
