@@ -9,6 +9,7 @@ from typing import Any
 
 import zmq
 
+from .awaited import CLOSED, Awaited, consume, running_loop
 from .bodies import as_wire_body, decide_body
 from .calls import (
     ASK_LIMIT,
@@ -32,25 +33,8 @@ from .streaming import as_they_finish
 
 __all__ = ["AsyncJevClient"]
 
-_CLOSED = object()    # what a pending call's future holds when the client was closed under it
 PEER_WAIT_S = 0.25    # a request no daemon can take looks again this often, whatever woke it or not
 WARMING_LOOK_S = 0.05  # and this often while a daemon's first connection is awaited
-
-
-class _Awaited:
-    """One request sent (or being sent) whose reply has not come yet."""
-
-    __slots__ = ("future", "payload", "key", "resends_left", "sent", "peer", "resend", "unattributed")
-
-    def __init__(self, future: asyncio.Future, payload: bytes, resends: int, key: str | None) -> None:
-        self.future = future
-        self.payload = payload
-        self.key = key                                # its affinity key, for routing=affinity
-        self.resends_left = resends
-        self.sent = False
-        self.peer: Peer | None = None                 # the daemon holding it now
-        self.resend: asyncio.Future | None = None     # a send again after a connection dropped
-        self.unattributed: JevanyError | None = None  # an error reply no id could be read from
 
 
 class AsyncJevClient(ClientOptions):
@@ -100,7 +84,7 @@ class AsyncJevClient(ClientOptions):
         self._flusher: asyncio.Task | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._pid: int | None = None
-        self._awaited: dict[str, _Awaited] = {}
+        self._awaited: dict[str, Awaited] = {}
         self._closed: str | None = None     # why calls are refused, once they are
 
     async def __aenter__(self) -> "AsyncJevClient":
@@ -194,7 +178,7 @@ class AsyncJevClient(ClientOptions):
             self._closed = "this AsyncJevClient is closed"
         for entry in self._awaited.values():
             if not entry.future.done():
-                entry.future.set_result(_CLOSED)
+                entry.future.set_result(CLOSED)
         self._fail_backlog()
         fleet, self._fleet = self._fleet, None
         tasks = self._tasks + [self._flusher] * bool(self._flusher)
@@ -203,7 +187,7 @@ class AsyncJevClient(ClientOptions):
             return      # never opened, or the parent's sockets after a fork: not ours to close
         for task in tasks:
             task.cancel()
-        if self._loop is _running_loop():
+        if self._loop is running_loop():
             await asyncio.gather(*tasks, return_exceptions=True)
         for peer in fleet.peers.values():
             self._close_peer(peer)
@@ -247,7 +231,7 @@ class AsyncJevClient(ClientOptions):
     async def _exchange(self, step: Exchange) -> dict[str, Any]:
         self._ready_for_caller()
         loop = asyncio.get_running_loop()
-        entries = {rid: _Awaited(loop.create_future(), payload, step.resends, step.keys.get(rid))
+        entries = {rid: Awaited(loop.create_future(), payload, step.resends, step.keys.get(rid))
                    for rid, payload in step.requests}
         self._awaited.update(entries)
         try:
@@ -261,7 +245,7 @@ class AsyncJevClient(ClientOptions):
             # Cancelled or not, from here on a reply to these ids is discarded.
             for rid, entry in entries.items():
                 self._forget(rid, entry)
-        if any(entry.future.done() and entry.future.result() is _CLOSED for entry in entries.values()):
+        if any(entry.future.done() and entry.future.result() is CLOSED for entry in entries.values()):
             raise RuntimeError(self._closed)
         where = ", ".join(self.endpoints)
         if self._fleet is not None and self._fleet.problem:
@@ -270,7 +254,7 @@ class AsyncJevClient(ClientOptions):
                 else timeout_error(step, where, rid, entry.sent, entry.unattributed)
                 for rid, entry in entries.items()}
 
-    async def _deliver(self, rid: str, entry: _Awaited) -> None:
+    async def _deliver(self, rid: str, entry: Awaited) -> None:
         """Send one request to the daemon its routing picks; while none can take it, wait in
         line behind the requests already waiting, so requests leave in the order they came."""
         if self._closed is not None:
@@ -283,7 +267,7 @@ class AsyncJevClient(ClientOptions):
             self._flusher = self._loop.create_task(self._flush())
         await waiter
 
-    def _send_now(self, rid: str, entry: _Awaited) -> bool:
+    def _send_now(self, rid: str, entry: Awaited) -> bool:
         blocked: set[Peer] = set()
         while (peer := self._fleet.choose(entry.key, blocked)) is not None:
             try:
@@ -334,7 +318,7 @@ class AsyncJevClient(ClientOptions):
         changed, self._changed = self._changed, asyncio.Event()
         changed.set()
 
-    def _forget(self, rid: str, entry: _Awaited) -> None:
+    def _forget(self, rid: str, entry: Awaited) -> None:
         if self._awaited.get(rid) is entry:
             del self._awaited[rid]
         if entry.peer is not None:
@@ -477,7 +461,7 @@ class AsyncJevClient(ClientOptions):
             if entry.resends_left > 0:
                 entry.resends_left -= 1
                 entry.resend = asyncio.ensure_future(self._deliver(rid, entry))
-                entry.resend.add_done_callback(_consume)
+                entry.resend.add_done_callback(consume)
 
     def _task_done(self, task: asyncio.Task) -> None:
         """Discovery ended: past close() that is expected; otherwise the client cannot go on."""
@@ -489,19 +473,5 @@ class AsyncJevClient(ClientOptions):
         self._closed = why
         for entry in self._awaited.values():
             if not entry.future.done():
-                entry.future.set_result(_CLOSED)
+                entry.future.set_result(CLOSED)
         self._fail_backlog()
-
-
-def _consume(future: asyncio.Future) -> None:
-    # A resend that failed or was cancelled needs no one's attention; its call times out.
-    if not future.cancelled():
-        future.exception()
-
-
-def _running_loop() -> asyncio.AbstractEventLoop | None:
-    try:
-        return asyncio.get_running_loop()
-    except RuntimeError:
-        return None
-
