@@ -262,7 +262,7 @@ def speed_phase(dtype: str, daemons: dict, pool: ClientPool, model, ref: InProce
              "batched_over_serial": median(ratios), "batched_over_serial_rounds": ratios,
              "inprocess_ideal_rps": ref.ideal_rps(bodies),
              "daemon_non_finite": non_finite_served(serial, batched)}
-    # issue 22's figure on a real device: the batched daemon's throughput against the engine's own
+    # The host path's cost on a real device: the batched daemon's throughput against the engine's own
     # in ideal pre-formed batches, what the host path between the two costs
     speed["daemon_over_ideal"] = speed["batched"]["rps"] / speed["inprocess_ideal_rps"]
     memory = {"inprocess_peak_bytes": peak_bytes(device), "workers": worker_memory(serial, batched, device)}

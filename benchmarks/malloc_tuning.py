@@ -1,4 +1,4 @@
-"""glibc's malloc thresholds in a worker: why workers keep their passes' memory (issue 22, host time).
+"""glibc's malloc thresholds in a worker: why workers keep their passes' memory (host time per pass).
 
     python benchmarks/malloc_tuning.py              # 2 rounds of each setting, 15 hand-overs each
     python benchmarks/malloc_tuning.py --rounds 1 --passes 5

@@ -1,4 +1,4 @@
-"""OpenMP's wait policy on a shared CPU: why workers wait passively (issue 22, runs that fall off a cliff).
+"""OpenMP's wait policy on a shared CPU: why workers wait passively (runs that fall off a cliff).
 
     python benchmarks/omp_wait.py                 # 4 busy processes, 2 rounds of each policy
     python benchmarks/omp_wait.py --busy 0        # the same on free cores
