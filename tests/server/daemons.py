@@ -12,6 +12,14 @@ READY_WITHIN_S = 90.0
 STOP_WITHIN_S = 60.0
 
 
+def rss_kb(pid: int) -> int:
+    """A process's resident memory, in kB (its /proc status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no RSS for {pid}")
+
+
 def wait_for(condition, within_s: float, what: str, poll_s: float = 0.05):
     """Poll condition() until it returns something truthy; fail naming what never happened."""
     deadline = time.monotonic() + within_s

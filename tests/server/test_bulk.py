@@ -19,7 +19,7 @@ from jevany_daemon.config import EngineConfig
 from jevany_daemon.engine.engine import Engine
 
 from .asgi_thread import serving
-from .daemons import wait_for
+from .daemons import rss_kb, wait_for
 from .http_proc import Http, free_port, healthy
 
 QUESTIONS = {"urgent": {"type": "noul", "instructions": "Urgent?"},
@@ -137,7 +137,7 @@ def test_thousands_of_items_in_one_call_through_the_daemon(start_daemon):
     daemon = start_daemon("--http", f"127.0.0.1:{port}", "--max-batch-size", "32", readout="choice")
     wait_for(lambda: healthy(port), 60, "the gateway answering /health")
     gateway = daemon.status()["http"]["pid"]
-    before = _rss_kb(gateway)
+    before = rss_kb(gateway)
     total = 4000
     # 4 kB of padding a line (a field the route ignores): 16 MB in all, more than the socket buffers
     # between the two could hold, so an answer read before the last line was sent was sent before
@@ -156,7 +156,7 @@ def test_thousands_of_items_in_one_call_through_the_daemon(start_daemon):
         assert line["id"] == line["index"] and line["index"] not in seen
         seen.add(line["index"])
         if len(seen) % 1000 == 0:
-            peak = max(peak, _rss_kb(gateway))
+            peak = max(peak, rss_kb(gateway))
     stream.close()
     assert closing == {"done": True, "items": total, "answered": total, "failed": 0}
     assert seen == set(range(total))
@@ -213,14 +213,6 @@ def _same(a: dict, b: dict) -> bool:
         a[q].get("choice") == b[q].get("choice")
         and all(abs(p - b[q]["probabilities"][k]) <= 1e-5 for k, p in a[q].get("probabilities", {}).items())
         and abs(a[q].get("noul", 0) - b[q].get("noul", 0)) <= 0.01 for q in a)
-
-
-def _rss_kb(pid: int) -> int:
-    with open(f"/proc/{pid}/status") as f:
-        for line in f:
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-    raise AssertionError(f"no RSS for {pid}")
 
 
 class Upstream:

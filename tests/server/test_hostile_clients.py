@@ -24,7 +24,7 @@ from jevany_client import JevClient
 from jevany_client.protocol import MAX_CONTAINERS
 from jevany_daemon.server.workers import malloc_settings
 
-from .daemons import wait_for
+from .daemons import rss_kb, wait_for
 from .http_proc import free_port
 from .shared_daemons import Raw, frozen, running_daemon, serving_worker
 
@@ -97,13 +97,6 @@ def _control(daemon) -> dict:
         return control.status()
 
 
-def _rss_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise AssertionError(f"no RSS for {pid}")
-
-
 def _as_another_user(target, *args):
     """Run target(*args, done) in a forked child as uid 65534 (when we are root); returns (process, done)."""
     ctx = mp.get_context("fork")
@@ -125,7 +118,7 @@ def _as_another_user(target, *args):
 
 def test_eight_megabytes_of_empty_maps_are_refused_at_once_and_the_worker_is_never_judged_hung(daemon):
     worker = serving_worker(daemon)
-    before_rss = _rss_kb(worker["pid"])
+    before_rss = rss_kb(worker["pid"])
     # 4 million empty maps per message: 3.2 s each to decode and walk before; the daemon's heartbeat
     # timeout is 6 s, and the three together froze the loop for ~10 s, so the worker was killed as hung.
     bomb = msgpack.packb({"v": 1, "id": "bomb", "op": "decide",
@@ -148,7 +141,7 @@ def test_eight_megabytes_of_empty_maps_are_refused_at_once_and_the_worker_is_nev
     now = serving_worker(daemon)
     assert (now["pid"], now["restarts"]) == (worker["pid"], worker["restarts"])      # never killed as hung
     # It decoded what the caps allow, and no more stays with it (1.6 GB stayed before).
-    assert _rss_kb(worker["pid"]) - before_rss < 200 * 1024
+    assert rss_kb(worker["pid"]) - before_rss < 200 * 1024
 
 
 def test_a_bomb_over_http_is_refused_before_the_gateway_parses_it(daemon):
@@ -182,7 +175,7 @@ def test_a_client_that_pipelines_without_reading_is_closed_and_the_gateway_does_
     # read (0.7 GB in 12 s from two connections); past MAX_PIPELINED queued, the connection is closed.
     gateway = _control(daemon)["http"]["pid"]
     tracebacks = daemon.log.read_text(errors="replace").count("Traceback")
-    before = _rss_kb(gateway)
+    before = rss_kb(gateway)
     burst = b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n" * 1000
     conns = [socket.create_connection(("127.0.0.1", daemon.port), timeout=10) for _ in range(2)]
     closed = set()
@@ -198,7 +191,7 @@ def test_a_client_that_pipelines_without_reading_is_closed_and_the_gateway_does_
                 pass            # its buffers are full: the gateway stopped reading it
             except OSError:
                 closed.add(i)   # the gateway closed it
-    grew = _rss_kb(gateway) - before
+    grew = rss_kb(gateway) - before
     for conn in conns:
         conn.close()
     assert closed == {0, 1}, "a connection pipelining thousands of unread requests was kept"
@@ -345,7 +338,7 @@ def test_control_characters_in_a_request_id_are_escaped_in_the_log(daemon):
 
 def test_an_envelope_of_big_frames_is_dropped_not_echoed_and_pins_nothing(daemon):
     pid = daemon.proc.pid
-    before = _rss_kb(pid)
+    before = rss_kb(pid)
     taken = _taken(_control(daemon))
     ctx = zmq.Context()
     sock = ctx.socket(zmq.DEALER)
@@ -358,7 +351,7 @@ def test_an_envelope_of_big_frames_is_dropped_not_echoed_and_pins_nothing(daemon
         for _ in range(4):
             sock.send_multipart([frame] * 10 + [ping])
         wait_for(lambda: _taken(_control(daemon)) >= taken + 4, 30, "the four messages taken in")
-        assert _rss_kb(pid) - before < 160 * 1024      # 4 x 79 MB of echoed envelopes stayed before
+        assert rss_kb(pid) - before < 160 * 1024      # 4 x 79 MB of echoed envelopes stayed before
         sock.setsockopt(zmq.RCVHWM, 1000)
         assert not sock.poll(500)                      # and no reply: there was no envelope to trust
     finally:
