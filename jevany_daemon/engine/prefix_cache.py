@@ -11,10 +11,13 @@ prompt's head, the same in every request, is pinned: never evicted, never
 cleared, and outside the entry count.
 
 Entries belong to a tenant (the salt the daemon gives each connection's
-requests): a lookup sees only its own tenant's entries and the pinned head,
-so whether a state is cached (a faster answer) tells nobody what another
-tenant sent. Two tenants with the same state each compute it; the entry
-holds the last one's.
+requests) and are keyed by tenant and tokens: a lookup sees only its own
+tenant's entries and the pinned head, and nothing one tenant sends replaces
+or reveals an entry of another's. Two tenants with the same state each
+compute and keep it. When the bounds are reached, the tenant holding the
+most (bytes when the byte bound is passed, entries otherwise) loses its
+least recent entry: a tenant that floods the cache evicts its own states,
+and each of n tenants keeps at least about 1/n of the cache.
 """
 import functools
 import threading
@@ -42,12 +45,17 @@ class Entry:
     tenant: str | None = None   # who may use it; a pinned entry is everyone's
 
 
+Key = tuple  # (tenant, tokens) of a state; a pinned head is keyed by its tokens alone, in _heads
+
+
 class PrefixCache:
     def __init__(self, max_entries: int, max_bytes: int, min_tokens: int):
         self.max_entries, self.max_bytes, self.min_tokens = max_entries, max_bytes, min_tokens
-        self._entries: OrderedDict[tuple[int, ...], Entry] = OrderedDict()
+        self._entries: OrderedDict[Key, Entry] = OrderedDict()    # states, least recent first
+        self._heads: dict[tuple[int, ...], Entry] = {}
+        self._held: dict[str | None, list[int]] = {}              # tenant -> [entries, bytes]
         self._lock = threading.RLock()
-        self.bytes = self._pinned = 0
+        self.bytes = 0
         self.generation = 0      # bumped whenever what a lookup could find changes (costs remembered by it)
         self.reset()
 
@@ -62,44 +70,40 @@ class PrefixCache:
         a hit when it is held whole, else a miss; reused_tokens counts what
         any lookup saved computing.
         """
-        n, key = self._longest(tokens, tenant)
+        n, entry = self._longest(tokens, tenant)
         if self.eligible(tokens):
             if n == len(tokens):
                 self.hits += 1
             else:
                 self.misses += 1
-        if key is None:
+        if entry is None:
             return 0, None
         self.reused_tokens += n
-        self._entries.move_to_end(key)
-        return n, self._entries[key].cache
+        if not entry.pinned:
+            self._entries.move_to_end((tenant, tokens[:n]))
+        return n, entry.cache
 
     @_locked
     def peek(self, tokens: tuple[int, ...], tenant: str | None = None) -> int:
         """How many leading tokens an entry holds now; touches nothing (for cost estimates)."""
         return self._longest(tokens, tenant)[0]
 
-    def _usable(self, entry: Entry, tenant: str | None) -> bool:
-        return entry.pinned or entry.tenant == tenant
-
-    def _longest(self, tokens: tuple[int, ...], tenant: str | None) -> tuple[int, tuple[int, ...] | None]:
-        whole = self._entries.get(tokens)
-        if whole is not None and self._usable(whole, tenant):
-            return len(tokens), tokens
-        best = None
-        for key, entry in self._entries.items():
+    def _longest(self, tokens: tuple[int, ...], tenant: str | None) -> tuple[int, Entry | None]:
+        whole = self._entries.get((tenant, tokens)) or self._heads.get(tokens)
+        if whole is not None:
+            return len(tokens), whole
+        best, found = 0, None
+        for key, entry in [*self._heads.items(), *((k[1], e) for k, e in self._entries.items() if k[0] == tenant)]:
             n = len(key)
             # cheap tests first: most entries differ in their last token or are too long
-            if (n < len(tokens) and (best is None or n > len(best)) and tokens[n - 1] == key[-1]
-                    and tokens[:n] == key and self._usable(entry, tenant)):
-                best = key
-        return (0, None) if best is None else (len(best), best)
+            if best < n < len(tokens) and tokens[n - 1] == key[-1] and tokens[:n] == key:
+                best, found = n, entry
+        return best, found
 
     @_locked
     def get(self, tokens: tuple[int, ...], tenant: str | None = None):
         """The cache computed for exactly these tokens, or None (a hit becomes the most recent)."""
-        entry = self._entries.get(tokens)
-        if entry is None or not self._usable(entry, tenant):
+        if (tenant, tokens) not in self._entries and tokens not in self._heads:
             if self.eligible(tokens):
                 self.misses += 1
             return None
@@ -108,26 +112,27 @@ class PrefixCache:
     @_locked
     def put(self, tokens: tuple[int, ...], cache, extends: tuple[int, ...] | None = None,
             tenant: str | None = None) -> bool:
-        """Keep cache for tokens, evicting the least recent entries to stay within the bounds.
+        """Keep cache for tokens as tenant's, evicting to stay within the bounds (the largest holder first).
 
-        extends: the entry this one was computed from. It goes to the back of
-        the queue, first out when room is needed: an agent's last turn is
-        rarely asked about again once the next is in, but a shared context
+        extends: the entry this one was computed from. It goes to the front of
+        its tenant's queue, first out when room is needed: an agent's last turn
+        is rarely asked about again once the next is in, but a shared context
         that many states extend keeps its place while there is room.
         """
-        if not self.eligible(tokens):
+        if not self.eligible(tokens) or tokens in self._heads:    # the head is everyone's already
             return False
         nbytes = cache_nbytes(cache)
         if nbytes > self.max_bytes:
             return False
-        if tokens in self._entries and self._entries[tokens].pinned:
-            return False       # the head is everyone's: a tenant's state never replaces it
-        self.drop(tokens)
-        self._entries[tokens] = Entry(cache, nbytes, tenant=tenant)
+        self.drop(tokens, tenant)
+        self._entries[(tenant, tokens)] = Entry(cache, nbytes, tenant=tenant)
+        held = self._held.setdefault(tenant, [0, 0])
+        held[0] += 1
+        held[1] += nbytes
         self.generation += 1
         self.bytes += nbytes
-        if extends in self._entries and not self._entries[extends].pinned:
-            self._entries.move_to_end(extends, last=False)
+        if extends is not None and (tenant, extends) in self._entries:
+            self._entries.move_to_end((tenant, extends), last=False)
         self._evict()
         return True
 
@@ -137,40 +142,54 @@ class PrefixCache:
         entry = Entry(cache, cache_nbytes(cache), pinned=True)
         if entry.nbytes > self.max_bytes:
             return False
-        self.drop(tokens)
-        self._entries[tokens] = entry
+        self.unpin(tokens)
+        self._heads[tokens] = entry
         self.generation += 1
         self.bytes += entry.nbytes
-        self._pinned += 1
         self._evict()
         return True
 
     @_locked
-    def pinned_cache(self, tokens: tuple[int, ...]):
-        """The cache pinned for exactly these tokens, or None; touches no counter and no order."""
-        entry = self._entries.get(tokens)
-        return entry.cache if entry is not None and entry.pinned else None
-
-    @_locked
-    def pinned(self) -> list[tuple[int, ...]]:
-        return [key for key, entry in self._entries.items() if entry.pinned]
-
-    def _evict(self) -> None:
-        while len(self) > self.max_entries or self.bytes > self.max_bytes:
-            victim = next((key for key, entry in self._entries.items() if not entry.pinned), None)
-            if victim is None:
-                return
-            self.drop(victim)
-            self.evictions += 1
-
-    @_locked
-    def drop(self, tokens: tuple[int, ...]) -> None:
-        """Forget an entry, pinned or not (a pass that used it failed, so it may be what broke it)."""
-        entry = self._entries.pop(tokens, None)
+    def unpin(self, tokens: tuple[int, ...]) -> None:
+        """Forget a pinned head (a pass that used it failed, so it may be what broke it)."""
+        entry = self._heads.pop(tokens, None)
         if entry is not None:
             self.generation += 1
             self.bytes -= entry.nbytes
-            self._pinned -= entry.pinned
+
+    @_locked
+    def pinned_cache(self, tokens: tuple[int, ...]):
+        """The cache pinned for exactly these tokens, or None; touches no counter and no order."""
+        entry = self._heads.get(tokens)
+        return entry.cache if entry is not None else None
+
+    @_locked
+    def pinned(self) -> list[tuple[int, ...]]:
+        return list(self._heads)
+
+    def _evict(self) -> None:
+        while self._entries and (len(self) > self.max_entries or self.bytes > self.max_bytes):
+            measure = 1 if self.bytes > self.max_bytes else 0
+            most = max(held[measure] for held in self._held.values())
+            # the least recent entry of a tenant holding the most: a flood evicts the flooder's own states
+            victim = next(key for key in self._entries if self._held[key[0]][measure] == most)
+            self.drop(victim[1], victim[0])
+            self.evictions += 1
+
+    @_locked
+    def drop(self, tokens: tuple[int, ...], tenant: str | None = None) -> None:
+        """Forget tenant's entry for tokens, or the pinned head of these tokens (a failed pass read it)."""
+        entry = self._entries.pop((tenant, tokens), None)
+        if entry is None:
+            self.unpin(tokens)
+            return
+        self.generation += 1
+        self.bytes -= entry.nbytes
+        held = self._held[tenant]
+        held[0] -= 1
+        held[1] -= entry.nbytes
+        if not held[0]:
+            del self._held[tenant]
 
     @_locked
     def reset(self) -> None:
@@ -181,26 +200,41 @@ class PrefixCache:
     @_locked
     def clear(self) -> int:
         """Forget every state; returns how many there were. A pinned head stays: no state is in it."""
-        states = [key for key, entry in self._entries.items() if not entry.pinned]
-        for key in states:
-            self.drop(key)
+        states = list(self._entries)
+        for tenant, tokens in states:
+            self.drop(tokens, tenant)
         return len(states)
 
     def __len__(self) -> int:
         """States held (the pinned head is not one)."""
-        return len(self._entries) - self._pinned
+        return len(self._entries)
 
     @_locked
-    def keys(self) -> list[tuple[int, ...]]:
-        """States held, least recent first."""
-        return [key for key, entry in self._entries.items() if not entry.pinned]
+    def keys(self, tenant: str | None = None) -> list[tuple[int, ...]]:
+        """Tenant's states held, least recent first."""
+        return [tokens for owner, tokens in self._entries if owner == tenant]
+
+    @_locked
+    def entry(self, tokens: tuple[int, ...], tenant: str | None = None) -> Entry | None:
+        """Tenant's entry for exactly these tokens, or the pinned head of them; touches nothing."""
+        return self._entries.get((tenant, tokens)) or self._heads.get(tokens)
+
+    @_locked
+    def entries(self) -> list[Entry]:
+        """Every entry held, the pinned heads first (for tests and measurements)."""
+        return [*self._heads.values(), *self._entries.values()]
+
+    @_locked
+    def tenants(self) -> dict[str | None, tuple[int, int]]:
+        """(entries, bytes) each tenant holds now."""
+        return {tenant: (n, nbytes) for tenant, (n, nbytes) in self._held.items()}
 
     @_locked
     def stats(self) -> dict:
         return {"enabled": True, "size": len(self), "max_entries": self.max_entries, "bytes": self.bytes,
                 "max_bytes": self.max_bytes, "min_tokens": self.min_tokens, "hits": self.hits,
                 "misses": self.misses, "evictions": self.evictions, "reused_tokens": self.reused_tokens,
-                "pinned_tokens": sum(len(key) for key in self.pinned())}
+                "pinned_tokens": sum(len(key) for key in self._heads)}
 
 
 def cache_nbytes(cache) -> int:

@@ -124,7 +124,7 @@ class _Reuse:
         """Drop every entry a failed pass read or wrote for these requests: one may be what broke it."""
         for enc in encs:
             while n := self.memory.peek(enc.stem, enc.tenant):
-                self.memory.drop(enc.stem[:n])
+                self.memory.drop(enc.stem[:n], enc.tenant)
 
 
 def stem_key(enc: Encoded) -> tuple:

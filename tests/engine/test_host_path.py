@@ -93,15 +93,15 @@ def test_cached_entries_are_never_written_by_the_passes_that_read_them(loaded_mo
     engine = Engine(loaded_model(arch, "choice"), EngineConfig(**GREEDY, prefix_min_tokens=200))
     long = [{**b, "state": " ".join(["parcel", "lost"] * 60)} for b in workloads.short(2, seed=5)]
     engine.score(engine.admit_many(long))
-    snapshot = {key: [t.clone() for t in (e.cache.kv, e.cache.conv, e.cache.recurrent) if t is not None]
-                for key, e in engine.memory._entries.items()}
+    snapshot = [(e, [t.clone() for t in (e.cache.kv, e.cache.conv, e.cache.recurrent) if t is not None])
+                for e in engine.memory.entries()]
     assert len(snapshot) == 2                                          # the head and the long state
     for bodies in (long[:1], long, workloads.short(1, seed=6), workloads.short(5, seed=7)):   # alone and together
         engine.score(engine.admit_many(bodies))
-    for key, tensors in snapshot.items():
-        held = engine.memory._entries[key].cache
-        now = [t for t in (held.kv, held.conv, held.recurrent) if t is not None]
-        assert all(torch.equal(a, b) for a, b in zip(tensors, now)), key
+    for entry, tensors in snapshot:
+        assert any(entry is kept for kept in engine.memory.entries())     # still held, not replaced
+        now = [t for t in (entry.cache.kv, entry.cache.conv, entry.cache.recurrent) if t is not None]
+        assert all(torch.equal(a, b) for a, b in zip(tensors, now)), entry.pinned
 
 
 def test_rows_continuing_the_head_read_its_recurrent_states_where_they_are_kept(loaded_model):
@@ -109,7 +109,7 @@ def test_rows_continuing_the_head_read_its_recurrent_states_where_they_are_kept(
     a gigabyte at 0.8B in FP32), nor of the pass's final states over them: the layers are handed views."""
     engine = Engine(loaded_model("qwen3_5", "choice"), EngineConfig(**GREEDY))
     engine.score(engine.admit_many(workloads.short(2, seed=1)))       # pins the prompt's head
-    head = next(e.cache.recurrent for e in engine.memory._entries.values() if e.pinned)
+    head = next(e.cache.recurrent for e in engine.memory.entries() if e.pinned)
     recurrent = lambda cache: [layer.recurrent_states[0] for layer in cache.layers
                                if isinstance(getattr(layer, "recurrent_states", None), dict)]
     with caches_given(engine, recurrent) as given:

@@ -57,7 +57,7 @@ def test_a_pinned_head_is_never_evicted_cleared_or_counted():
         memory.put((7, i, i), fake_cache(30))
         assert memory.bytes <= 100 and (7,) in memory.pinned()
     assert len(memory) == 2 and memory.keys() == [(7, 3, 3), (7, 4, 4)]
-    assert memory.longest((7, 8, 8, 8)) == (1, memory._entries[(7,)].cache)
+    assert memory.longest((7, 8, 8, 8)) == (1, memory.entry((7,)).cache)
     assert memory.clear() == 2 and memory.pinned() == [(7,)] and memory.bytes == 20
     memory.reset()
     assert memory.pinned() == [(7,)] and memory.stats()["pinned_tokens"] == 1
@@ -275,7 +275,7 @@ def test_requests_with_media_never_take_the_cached_path(loaded_model):
 def test_the_byte_bound_holds_in_the_engine_under_a_flood_of_states(loaded_model):
     engine = _cached(loaded_model("qwen3", "choice"), prefix_cache=1000)
     one = engine.score([engine.admit(REQUESTS[0])])[0]
-    per_entry = engine.memory.bytes - sum(cache_nbytes(engine.memory._entries[k].cache)
+    per_entry = engine.memory.bytes - sum(cache_nbytes(engine.memory.entry(k).cache)
                                           for k in engine.memory.pinned())
     bound = engine.memory.bytes + 2 * per_entry
     engine.memory.max_bytes = bound
@@ -311,12 +311,58 @@ def test_a_tenants_entries_are_its_own_the_head_is_everyones():
     assert cache.peek((1, 2, 3, 4, 5), "alice") == 4
     assert cache.peek((1, 2, 3, 4, 5), "bob") == 2 and cache.peek((1, 2, 3, 4, 5)) == 2   # the head alone
     assert cache.get((1, 2, 3, 4), "bob") is None and cache.get((1, 2, 3, 4), "alice") is not None
-    assert cache.put((1, 2, 3, 4), fake_cache(10), tenant="bob")      # the same state: bob's now, not shared
-    assert cache.peek((1, 2, 3, 4), "alice") == 2 and cache.peek((1, 2, 3, 4), "bob") == 4
     assert cache.put((1, 2, 9), fake_cache(10))                       # no tenant's (in-process): not shared
     assert cache.peek((1, 2, 9), "alice") == 2 and cache.peek((1, 2, 9)) == 3
     assert not cache.put((1, 2), fake_cache(10), tenant="alice")      # a tenant never takes the head
     assert cache.peek((1, 2, 5), "bob") == 2 and cache.pinned() == [(1, 2)]
+
+
+def test_the_same_state_from_another_tenant_leaves_the_first_ones_entry_in_place():
+    # Replacing alice's entry would slow her next lookup of it, and her timing would show
+    # that someone else sent exactly that state.
+    cache = PrefixCache(max_entries=8, max_bytes=1 << 20, min_tokens=1)
+    guesses = [(5, 1, 1, 1, 1), (5, 2, 2, 2, 2), (5, 3, 3, 3, 3)]
+    for guess in guesses:
+        assert cache.put(guess, fake_cache(10), tenant="alice")
+    held = [cache.entry(guess, "alice") for guess in guesses]
+    assert cache.put(guesses[1], fake_cache(10), tenant="bob")           # the secret
+    assert [cache.entry(guess, "alice") for guess in guesses] == held and all(
+        a is b for a, b in zip(held, [cache.entry(guess, "alice") for guess in guesses]))
+    assert all(cache.peek(guess, "alice") == 5 for guess in guesses)
+    assert cache.entry(guesses[1], "bob") is not held[1] and cache.keys("bob") == [guesses[1]]
+    cache.drop(guesses[1], "bob")                                        # a failed pass of bob's
+    assert cache.peek(guesses[1], "alice") == 5 and cache.peek(guesses[1], "bob") == 0
+
+
+def test_a_tenant_that_floods_the_cache_evicts_its_own_entries_not_anothers():
+    cache = PrefixCache(max_entries=8, max_bytes=1 << 20, min_tokens=1)
+    cache.pin((0,), fake_cache(10))
+    alice = [(0, 1, i) for i in range(3)]
+    for state in alice:
+        cache.put(state, fake_cache(10), tenant="alice")
+    for i in range(100):                                                 # least recent first would take alice's
+        cache.put((0, 2, i), fake_cache(10), tenant="mallory")
+        assert len(cache) <= 8
+    assert cache.keys("alice") == alice and len(cache.keys("mallory")) == 5
+    assert cache.keys("mallory") == [(0, 2, i) for i in range(95, 100)] and cache.pinned() == [(0,)]
+    each = cache_nbytes(fake_cache(10))
+    assert cache.tenants() == {"alice": (3, 3 * each), "mallory": (5, 5 * each)}
+
+
+def test_under_the_byte_bound_each_of_n_tenants_keeps_its_share():
+    each = cache_nbytes(fake_cache(100))
+    cache = PrefixCache(max_entries=1000, max_bytes=12 * each, min_tokens=1)
+    for i in range(4):
+        cache.put((1, i), fake_cache(100), tenant="alice")
+        cache.put((2, i), fake_cache(100), tenant="bob")
+    for i in range(50):                                                  # a third tenant arrives, and floods
+        cache.put((3, i), fake_cache(100), tenant="mallory")
+        assert cache.bytes <= 12 * each
+    assert {t: n for t, (n, _) in cache.tenants().items()} == {"alice": 4, "bob": 4, "mallory": 4}
+    for i in range(50):                                                  # alice's new states: she gives up
+        cache.put((1, 10 + i), fake_cache(100), tenant="alice")          # her own oldest, not bob's
+    assert cache.keys("bob") == [(2, i) for i in range(4)]
+    assert {t: n for t, (n, _) in cache.tenants().items()} == {"alice": 4, "bob": 4, "mallory": 4}
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])

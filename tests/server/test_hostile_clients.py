@@ -419,6 +419,32 @@ def test_the_cache_counters_are_shown_on_the_control_endpoint_only(daemon):
     assert {"hits", "misses", "reused_tokens", "size", "bytes"} <= set(private)
 
 
+def _record(code: str) -> dict:
+    # long enough to be kept (the default prefix_min_tokens is 384); the guess is in the last words
+    return {"state": " ".join(["patient", "history", "unremarkable"] * 150) + f" Diagnosis code: {code}",
+            "questions": {"u": {"type": "noul"}}}
+
+
+def test_a_tenant_cannot_learn_by_its_cache_hits_that_another_sent_a_state(daemon):
+    # The HTTP token is one tenant, this user's ipc connection another. The attacker keeps three guesses,
+    # the victim sends one of them, and the attacker asks again: had the victim's entry replaced the
+    # attacker's, that guess alone would miss, and be slower by a whole long prefill.
+    with daemon.control_client(timeout=30) as control:
+        control.clear_cache()
+    guesses = [json.dumps(_record(code)).encode() for code in ("K-1111", "K-2222", "K-3333")]
+    for guess in guesses:
+        assert _status_line(_post(daemon.port, guess)) == 200
+    before = _control(daemon)["prefix_cache"]
+    with daemon.client(timeout=60) as victim:
+        victim.decide_request(_record("K-2222"))
+    after_secret = _control(daemon)["prefix_cache"]
+    assert after_secret["hits"] == before["hits"] and after_secret["size"] == before["size"] + 1
+    for guess in guesses:
+        assert _status_line(_post(daemon.port, guess)) == 200
+    after = _control(daemon)["prefix_cache"]
+    assert after["hits"] - after_secret["hits"] == 3 and after["misses"] == after_secret["misses"]
+
+
 def _ask_status(endpoint, answers, done) -> None:
     with JevClient(endpoint, timeout=30) as client:
         answers.put(client.status()["prefix_cache"])
