@@ -170,6 +170,13 @@ def _noul_criteria(criteria: Any, where: str) -> dict | None:
 _CRITERIA = {"choice": _choice_criteria, "noul": _noul_criteria, "score": _score_criteria}
 
 
+def parse_media(body: dict) -> tuple[Media, ...]:
+    """A body's media alone, checked as parse_decision checks them (the rest of the body unread)."""
+    if isinstance(body.get("media"), (list, tuple)) and len(body["media"]) <= MAX_MEDIA:
+        check_value(body["media"], "media", outer_depth=1)
+    return _media(body)
+
+
 def _media(body: dict) -> tuple[Media, ...]:
     if "media" not in body:
         return ()
