@@ -153,3 +153,25 @@ def test_choice_descriptions_follow_jevany():
     assert choice_descriptions(c) == ["k1", "k2", "text", 'k4: {"x": 1}']
     assert choice_descriptions(s) == ["Level 0", "ok", "3"]
     assert choice_descriptions(n) == ["No", "affirmative"]
+
+
+def test_a_state_whose_compact_json_is_too_long_is_refused_before_its_indented_render(loaded_model, monkeypatch):
+    # json's indented encoder is pure Python: 65,000 maps of 15 values took a worker 2.5 s to render
+    # before the length check refused them, and ten such requests 27 s.
+    import pytest
+
+    from jevany_client.errors import ContextLengthError
+    from jevany_daemon.engine import prompts
+
+    enc = ChoiceEncoder(loaded_model("qwen3", "choice").tokenizer)
+    state = [{f"k{i}": i for i in range(15)} for _ in range(2000)]
+    rendered = []
+    render = prompts._as_text
+    monkeypatch.setattr(prompts, "_as_text", lambda value, indent=None: rendered.append(value) or render(value, indent))
+    request = parse_decision({"state": state, "questions": {"q": {"type": "noul"}}})
+    with pytest.raises(ContextLengthError, match="state exceeds 4096 tokens: at least"):
+        enc.encode(request, Limits(4096, 8192, 8192))
+    assert not any(value is state for value in rendered)
+    small = parse_decision({"state": state[:2], "questions": {"q": {"type": "noul"}}})
+    enc.encode(small, ROOMY)                                  # one that fits is rendered as before
+    assert any(value == state[:2] for value in rendered)
