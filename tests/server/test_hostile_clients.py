@@ -625,3 +625,26 @@ def test_a_flood_of_idle_connections_is_turned_away_and_busy_clients_keep_theirs
             assert newcomer.decide(TEXT["state"], TEXT["questions"])["answers"]
     finally:
         good.close()
+
+
+def test_a_drain_then_a_connect_flood_still_answers_what_was_taken_and_refuses_the_rest(tiny_model):
+    # A drain waits for the requests taken before it; 1,100 connections arriving meanwhile (under a
+    # 1,024-descriptor limit) must neither lose those answers nor hold the drain's own reply.
+    with running_daemon(tiny_model("qwen3", "choice"), "--socket-mode", "0666",
+                        preexec=_limit_descriptors) as d, Raw(d.endpoint) as raw:
+        d.dir.chmod(0o755)
+        for i in range(8):
+            raw.send(f"taken-{i}", "decide", TEXT)
+        flooder, done = _as_another_user(_flood, d.endpoint, 1100)
+        try:
+            with d.control_client(timeout=90) as control:
+                assert control.drain()["state"] == "drained"
+            replies = [raw.recv(60) for _ in range(8)]
+            assert sorted(r["id"] for r in replies if r["ok"]) == sorted(f"taken-{i}" for i in range(8))
+            raw.send("late", "decide", TEXT)
+            assert raw.recv(60)["error"]["code"] == "shutting_down"
+        finally:
+            done.set()
+            flooder.join(30)
+        assert d.proc.poll() is None
+        wait_for(lambda: len(os.listdir(f"/proc/{d.proc.pid}/fd")) < 100, 30, "the flood's descriptors closed")
