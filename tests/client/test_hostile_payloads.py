@@ -1,4 +1,4 @@
-"""Hostile input on the client library's side (issue 24): decode costs follow a message's bytes and its
+"""Hostile input on the client library's side: decode costs follow a message's bytes and its
 counts are capped; an ipc socket another user could have put in place is refused before anything is sent."""
 import os
 import threading

@@ -1,4 +1,4 @@
-"""Hostile media files (issue 24): a FIFO swapped in behind the checks, a file changed after its check, a
+"""Hostile media files: a FIFO swapped in behind the checks, a file changed after its check, a
 video whose frames outgrow its header. Each gets its typed refusal at once, and nothing blocks."""
 import io
 import os

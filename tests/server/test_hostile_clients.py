@@ -1,4 +1,4 @@
-"""Hostile clients against one real daemon (issue 24): each test runs an attack and checks that nobody
+"""Hostile clients against one real daemon: each test runs an attack and checks that nobody
 else noticed. Loopback and ipc only; the daemon runs under a 1,024-descriptor hard limit (its soft limit
 256, which it raises), with the HTTP gateway behind a token, metrics, --log-requests and a media root.
 
@@ -187,7 +187,7 @@ def test_a_bomb_over_http_is_refused_before_the_gateway_parses_it(daemon):
 
 
 def test_a_second_content_type_cannot_slip_a_body_past_the_count(daemon):
-    # Issue 48, item 3: the guard read the last Content-Type, the framework parses by the first. Eight
+    # The guard read the last Content-Type, the framework parses by the first. Eight
     # megabytes of empty arrays declared JSON first and text last are refused at once, as one header is.
     bomb = b'{"state": [' + b"[]," * 2_000_000 + b'[]], "questions": {"u": {"type": "noul"}}}'
     for twice in (b"Content-Type: application/json\r\nContent-Type: text/plain\r\n",
@@ -204,7 +204,7 @@ def test_a_second_content_type_cannot_slip_a_body_past_the_count(daemon):
 
 
 def test_a_client_that_pipelines_without_reading_is_closed_and_the_gateway_does_not_grow(daemon):
-    # Issue 48, item 2: uvicorn parses each read whole, so pipelined requests queued by the thousand a
+    # uvicorn parses each read whole, so pipelined requests queued by the thousand a
     # read (0.7 GB in 12 s from two connections); past MAX_PIPELINED queued, the connection is closed.
     gateway = _control(daemon)["http"]["pid"]
     tracebacks = daemon.log.read_text(errors="replace").count("Traceback")
@@ -486,7 +486,7 @@ def _ask_status(endpoint, answers, done) -> None:
 
 @pytest.mark.skipif(os.getuid() != 0, reason="asking as another user needs root")
 def test_another_user_on_an_open_control_socket_sees_the_public_status(daemon):
-    # Issue 48, item 7: an operator left the control socket 0666; its status (the cache counters,
+    # An operator left the control socket 0666; its status (the cache counters,
     # which tell one client what another sent) was answered to uid 65534 as to the daemon's own user.
     socket_file = Path(daemon.control.removeprefix("ipc://"))
     modes = socket_file.parent.stat().st_mode & 0o777, socket_file.stat().st_mode & 0o777

@@ -1,4 +1,4 @@
-"""Start-up under hostile local users (issue 24): a socket directory someone else could swap, an abstract
+"""Start-up under hostile local users: a socket directory someone else could swap, an abstract
 or TCP control endpoint any local user could drain the daemon through. Each is refused, with why, before
 a worker starts; the real command line, so the exit code is what an operator sees."""
 import os

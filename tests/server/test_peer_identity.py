@@ -1,4 +1,4 @@
-"""Who a request comes from, on real sockets (issue 24): an ipc peer's uid and the tenant salt derived
+"""Who a request comes from, on real sockets: an ipc peer's uid and the tenant salt derived
 from it or from a CurveZMQ key or the HTTP token, carried with the request to the worker; a control op
 from another user refused; and what is held for a client that stops reading, bounded in bytes."""
 import multiprocessing as mp
