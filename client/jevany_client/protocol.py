@@ -249,9 +249,17 @@ _CONTAINERS = _MAPS | frozenset((*range(0x90, 0xA0), 0xDC, 0xDD))
 _NIL = 0xC0
 
 
+def _peek(unpacker, payload: bytes) -> int | None:
+    """The type byte of the next value; None past the end (decoding it then says the payload is truncated)."""
+    at = unpacker.tell()
+    return payload[at] if at < len(payload) else None
+
+
 def _map_len(payload: bytes, at: int) -> int | None:
     """The pair count of the map header at payload[at], read without decoding; None when it is not a map."""
-    kind = payload[at]
+    kind = payload[at] if at < len(payload) else None
+    if kind is None:
+        return None
     if 0x80 <= kind <= 0x8F:
         return kind & 0x0F
     if kind in (0xDE, 0xDF):
@@ -284,7 +292,7 @@ def _envelope(unpacker, payload: bytes, body_keys: frozenset) -> tuple[dict, Any
 
 def _scalar(unpacker, payload: bytes) -> Any:
     """The next value when it is a scalar; a container is skipped, unbuilt, and stands as [] (refused for its type)."""
-    if payload[unpacker.tell()] in _CONTAINERS:
+    if _peek(unpacker, payload) in _CONTAINERS:
         unpacker.skip()
         return []
     return unpacker.unpack()
@@ -292,7 +300,7 @@ def _scalar(unpacker, payload: bytes) -> Any:
 
 def _kept(unpacker, payload: bytes, body_keys: frozenset) -> Any:
     at = unpacker.tell()
-    if payload[at] == _NIL:
+    if _peek(unpacker, payload) in (_NIL, None):
         return unpacker.unpack()
     n = _map_len(payload, at)
     if n is None or n > MAX_KEYS:
