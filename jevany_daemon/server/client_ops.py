@@ -32,9 +32,9 @@ from .workers import STOPPING
 
 log = logging.getLogger("jevany.supervisor")
 
-# A message up to this size is decoded and checked whole in the loop: at most
-# 5 ms on a 2-core host, whatever its shape (4 KiB of empty maps, the costliest
-# per byte). A bigger one is decoded only for its envelope and its media, its
+# A message up to this size is decoded and checked whole in the loop: about
+# 5 ms at most on a 2-core host, whatever its shape (4 KiB of empty maps, the
+# costliest per byte). A bigger one is decoded only for its envelope and its media, its
 # body skipped at C speed (decode_envelope), so that a megabyte of small values
 # cannot hold the loop that serves everyone for a second; the worker that
 # scores it decodes and checks it whole, and refuses it for its own.
