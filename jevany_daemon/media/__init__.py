@@ -3,7 +3,8 @@
     policy.py   the media root, path rules and caps (JevAny's, with its messages), the uploads
                 directory; no torch
     checks.py   checking each file's bytes with Pillow or PyAV for what they declare
-    files.py    reading a file once, safely (no FIFO, no final symlink), and its digest
+    files.py    reading a file once, safely (no FIFO, no symlink, the file at the path checked), and
+                its digest
     frames.py   a video's frames as its header declared them, or an error
 
 The other half, turning checked files into model inputs, is the model's

@@ -14,6 +14,13 @@ put back. So the path is never trusted twice:
   the file again the same way and refuses it unless the digest matches, then
   decodes its own private copy (a memfd no other process can open by name),
   never the path.
+
+The checker also asks the descriptor where it is (policy.py gives it a path
+already resolved, symlinks and all): the file the kernel opened must be the
+one at exactly that path, not one a directory swapped for a symlink led to
+in the meantime, nor a process's file under /proc; and a file with other
+hard links (another name, perhaps outside the root, that the client could
+not read) is read only if everyone may read it anyway.
 """
 import hashlib
 import os
@@ -22,11 +29,16 @@ import stat
 from jevany_client.errors import InvalidRequestError
 
 CHANGED = "media file changed after it was checked; send the request again"
+MOVED = "media path changed while it was opened; send the request again"
+LINKED = ("media file has other hard links and is not readable by everyone; put a copy of it in "
+          "JEVANY_MEDIA_ROOT")
+IN_PROC = "media path is under /proc: a process's own files, not media"
 _CHUNK = 1 << 20
 
 
-def read_regular(path, max_bytes: int) -> bytes:
-    """The file's bytes, from one descriptor opened without blocking or following a final symlink."""
+def read_regular(path, max_bytes: int, placed: bool = False) -> bytes:
+    """The file's bytes, from one descriptor opened without blocking or following a final symlink;
+    placed: path is resolved (no symlink, no ..), and the descriptor must be what opened_as() allows."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except PermissionError:
@@ -38,6 +50,8 @@ def read_regular(path, max_bytes: int) -> bytes:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             raise InvalidRequestError("media path is not a regular file")
+        if placed:
+            opened_as(fd, st, path)
         if st.st_size > max_bytes:
             raise InvalidRequestError(f"media file exceeds {max_bytes} bytes")
         chunks, size = [], 0
@@ -52,6 +66,26 @@ def read_regular(path, max_bytes: int) -> bytes:
         return b"".join(chunks)
     finally:
         os.close(fd)
+
+
+def opened_as(fd: int, st: os.stat_result, path) -> None:
+    """Refuse a descriptor that is not the file at path itself, or that other names reach unseen."""
+    try:
+        # The kernel's name for what it opened: the path walked, whatever it met on the way.
+        where = os.readlink(f"/proc/self/fd/{fd}")
+        proc = os.stat("/proc").st_dev
+    except OSError:
+        raise InvalidRequestError("media file could not be validated") from None     # no /proc to ask
+    if where != os.fspath(path):
+        raise InvalidRequestError(MOVED)
+    if st.st_dev == proc:
+        # Only a media root of / (or /proc) gets here; /proc/self names whichever process reads it.
+        raise InvalidRequestError(IN_PROC)
+    if st.st_nlink > 1 and not st.st_mode & stat.S_IROTH:
+        # A hard link is a name as good as any other, and nothing tells which came first: another
+        # user's private file may have been linked in (where protected_hardlinks is off, or on a
+        # share another host writes). One everyone may read gives nobody anything new.
+        raise InvalidRequestError(LINKED)
 
 
 def stamp(data: bytes) -> list:

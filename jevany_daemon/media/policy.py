@@ -2,12 +2,17 @@
 
 Media is off unless the operator sets a root (JEVANY_MEDIA_ROOT). A URI is a
 path: relative ones resolve inside the root, symlinks are followed, and the
-result must stay inside the root and be a regular file. Then the caps: bytes
-per file, bytes per request, pixels per image or video frame, frames per
-video. Each refusal has its own message, JevAny's word for word, so callers
-that match on them keep working. Each file is read once (files.py: no FIFO,
-no final symlink, nothing past the byte cap), its bytes checked (checks.py)
-and their digest reported, so the worker can tell it decodes those same bytes.
+result must stay inside the root and be a regular file: the one the kernel
+opened at exactly that path (files.opened_as: not through a directory
+swapped for a symlink meanwhile, not under /proc), readable by everyone if
+it has other hard links. A URI's bytes are the name, never normalised (NFC,
+NFKC); one with a NUL, or a lone surrogate (no bytes), is refused. Then the
+caps: bytes per file, bytes per request, pixels per image or video frame,
+frames per video. Each refusal has its own message, JevAny's word for word
+where JevAny has the rule, so callers that match on them keep working. Each
+file is read once (files.py: no FIFO, no final symlink, nothing past the
+byte cap), its bytes checked (checks.py) and their digest reported, so the
+worker can tell it decodes those same bytes.
 
 Images sent in an HTTP request's body (the Jev API's multipart assets) are
 written by the gateway into the daemon's own uploads directory (0700, in its
@@ -75,7 +80,7 @@ class MediaPolicy:
         resolved, total = [], 0
         for kind, uri in items:
             path = _inside(root, uri, self.uploads)
-            data = read_regular(path, self.max_bytes)
+            data = read_regular(path, self.max_bytes, placed=True)
             total += len(data)
             if total > self.total_bytes:
                 raise refused(f"media files exceed {self.total_bytes} bytes in total")
@@ -87,6 +92,15 @@ class MediaPolicy:
 def _inside(root: Path, uri: str, uploads: str | None = None) -> Path:
     if "://" in uri:
         raise refused("network media URIs are not allowed")
+    # A path is the bytes the kernel compares, never normalised here (a fullwidth solidus is no
+    # separator, a lookalike dot no dot): what is checked is what is opened. Only a name that has
+    # no such bytes is refused: a NUL would end it early, a lone surrogate has no UTF-8.
+    if "\0" in uri:
+        raise refused("media path contains a NUL byte")
+    try:
+        os.fsencode(uri)
+    except UnicodeError:
+        raise refused("media path is not a valid file name") from None
     candidate = Path(uri)
     try:
         path = (candidate if candidate.is_absolute() else root / candidate).resolve(strict=True)
