@@ -10,18 +10,31 @@ and removes the files once the request is answered. From there the media
 checker applies every rule and cap it applies to a file under --media-root,
 and the worker decodes its own private copy. A deployment without a media
 root refuses them with JevAny's message.
+
+A file system with no room left (ENOSPC, EDQUOT: the run directory is
+often a small tmpfs, shared with other services) is the daemon's state,
+not the request's: the caller gets `overloaded`, retryable (429 with
+Retry-After), and whatever was written of the request's images is removed
+at once. Uploads leave as their requests are answered, so room comes back.
 """
+import errno
 import os
 import uuid
 from email.parser import BytesParser
 from email.policy import HTTP
 
-from jevany_client.errors import InvalidRequestError
+from jevany_client.errors import InvalidRequestError, OverloadedError
 
 SCOPE_KEY = "jevany.assets"     # where the guard leaves the parts for the route
 REQUEST_PART = "request"
 MAX_PARTS = 33                  # the request and 32 images (shapes.MAX_MEDIA)
 MEDIA_DISABLED = "media is disabled; the server operator must set JEVANY_MEDIA_ROOT"
+NO_ROOM = (errno.ENOSPC, errno.EDQUOT)
+
+
+class UploadsFull(OverloadedError, InvalidRequestError):
+    """No room to keep an uploaded image now: overloaded's code and retry advice. An InvalidRequestError
+    too, only so the route that answers the assets' other refusals answers this one by its code."""
 
 
 def split(body: bytes, content_type: str) -> tuple[bytes, dict[str, tuple[str, bytes]]]:
@@ -78,6 +91,9 @@ class Uploads:
                 paths.append(self._write(parts[part][1]))
         except OSError as exc:
             self.remove(paths)
+            if exc.errno in NO_ROOM:
+                raise UploadsFull(f"the daemon has no room to keep the uploaded image ({exc.strerror}); "
+                                  "retry later") from None
             raise InvalidRequestError(f"the uploaded image could not be kept for checking: {exc.strerror}") from None
         return paths
 
@@ -85,11 +101,15 @@ class Uploads:
         path = os.path.join(self.directory, uuid.uuid4().hex)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
         try:
-            view = memoryview(data)
-            while view:
-                view = view[os.write(fd, view):]
-        finally:
-            os.close(fd)
+            try:
+                view = memoryview(data)
+                while view:
+                    view = view[os.write(fd, view):]
+            finally:
+                os.close(fd)        # which may report the failure itself (a quota on NFS)
+        except BaseException:
+            self.remove([path])     # a part written before the disk filled is nobody's: not left behind
+            raise
         return path
 
     @staticmethod

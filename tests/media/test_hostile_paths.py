@@ -1,15 +1,25 @@
-"""Hostile media paths: what a malicious client or another local user tries.
+"""Hostile media paths and a full run directory: what a malicious client or another local user tries.
 
 Paths: a hard link into the root, /proc's names for a process's own descriptors and files, a directory
 swapped for a symlink behind the checks, NUL bytes, names that only look like `..` or `/`. Each is refused
 with its own message, or reads only a file inside the root by its own name. The checker process is asked
 about every descriptor it holds, with a media root of / (where nothing is outside).
+
+A full run directory: the daemon runs in a mount namespace of its own whose temporary directory, where
+it makes its run directory and uploads directory, is a 1 MiB tmpfs (which needs root), filled by the
+test: the kernel's own ENOSPC, after a short write. Quotas (EDQUOT) and a disk's EIO cannot be made
+here, so they are injected into the uploads' writes, as is ENOSPC again for hosts that are not root.
 """
+import ctypes
+import errno
 import hashlib
+import io
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import msgpack
@@ -17,6 +27,7 @@ import pytest
 import zmq
 
 from jevany_client.errors import InvalidRequestError
+from jevany_daemon.gateway.assets import Uploads
 from jevany_daemon.media.policy import MediaPolicy
 
 Image = pytest.importorskip("PIL.Image")
@@ -209,3 +220,138 @@ def test_the_checker_reads_none_of_its_own_descriptors_even_with_a_root_of_slash
         checker.wait(10)
         ctx.destroy(linger=0)
 
+
+# --- no room in the run directory -----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("code", [errno.EDQUOT, errno.ENOSPC, errno.EIO])
+def test_an_upload_with_no_room_leaves_nothing_behind_and_says_to_retry(tmp_path, monkeypatch, code):
+    uploads = tmp_path / "uploads"
+    uploads.mkdir(mode=0o700)
+    room = [1500]               # bytes the disk takes: the first image whole, then half the second
+    real_write = os.write
+
+    def write(fd, data):
+        if not os.readlink(f"/proc/self/fd/{fd}").startswith(f"{uploads}/"):
+            return real_write(fd, data)
+        if not room[0]:
+            raise OSError(code, os.strerror(code))
+        done = real_write(fd, bytes(data[:room[0]]))      # a short write, as the kernel's when space ends
+        room[0] -= done
+        return done
+
+    monkeypatch.setattr(os, "write", write)
+    parts = {"a": ("image/png", b"a" * 1000), "b": ("image/png", b"b" * 1000)}
+    with pytest.raises(InvalidRequestError) as refused:
+        Uploads(str(uploads)).place({"p": {"type": "image", "part": "a"}, "q": {"type": "image", "part": "b"}}, parts)
+    assert room == [0] and list(uploads.iterdir()) == []      # before: half of b's image was left there
+    if code == errno.EIO:       # the disk's fault, not a lack of room: as before, not worth retrying
+        assert (refused.value.code, refused.value.retryable) == ("invalid_request", False)
+    else:
+        # Before: invalid_request (422), as if the image were at fault.
+        assert (refused.value.code, refused.value.retryable) == ("overloaded", True)
+        assert refused.value.message == (f"the daemon has no room to keep the uploaded image ({os.strerror(code)}); "
+                                         "retry later")
+
+
+CLONE_NEWNS, MS_REC, MS_PRIVATE = 0x20000, 0x4000, 0x40000
+RUN_BYTES = 1 << 20
+
+
+def _on_a_small_tmpfs(run: Path):
+    """preexec: the daemon in a mount namespace of its own, where run is a tmpfs of RUN_BYTES; gone with it."""
+    def preexec():
+        libc = ctypes.CDLL(None, use_errno=True)
+        for rc in (libc.unshare(CLONE_NEWNS),
+                   libc.mount(b"none", b"/", None, MS_REC | MS_PRIVATE, None),      # nothing leaks to the host
+                   libc.mount(b"tmpfs", bytes(run), b"tmpfs", 0, f"size={RUN_BYTES},mode=0700".encode())):
+            if rc != 0:
+                raise OSError(ctypes.get_errno(), "mounting a tmpfs in a namespace of its own")
+
+    return preexec
+
+
+@pytest.fixture(scope="module")
+def full_daemon(tiny_model):
+    from tests.server.daemons import wait_for
+    from tests.server.http_proc import free_port, healthy
+    from tests.server.shared_daemons import running_daemon
+
+    if os.geteuid() != 0:
+        # A user namespace would let anyone mount one, but then the daemon's /tmp is not root's to the
+        # client's socket checks, which rightly refuse it.
+        pytest.skip("mounting a tmpfs for the daemon needs root")
+    directory = Path(tempfile.mkdtemp(prefix="jvd-"))
+    run, media = directory / "run", directory / "media"
+    run.mkdir()
+    media.mkdir()
+    port = free_port()
+    try:
+        daemon = running_daemon(tiny_model("qwen3", "choice"), "--http", f"127.0.0.1:{port}", "--media-root",
+                                str(media), env={"TMPDIR": str(run)}, preexec=_on_a_small_tmpfs(run),
+                                directory=directory)
+        d = daemon.__enter__()
+    except subprocess.SubprocessError as exc:       # a root without CAP_SYS_ADMIN (a container)
+        shutil.rmtree(directory)
+        pytest.skip(f"cannot mount a tmpfs in a namespace of the daemon's own: {exc}")
+    try:
+        wait_for(lambda: healthy(port), 60, "the gateway answering /health")
+        d.port, d.gateway = port, d.status()["http"]["pid"]
+        argv = Path(f"/proc/{d.gateway}/cmdline").read_bytes().split(b"\0")
+        # The uploads directory as the daemon sees it, and where this process reaches its namespace's view.
+        d.uploads = Path(f"/proc/{d.proc.pid}/root") / argv[argv.index(b"--uploads") + 1].decode().lstrip("/")
+        d.run = Path(f"/proc/{d.proc.pid}/root") / str(run).lstrip("/")
+        assert d.uploads.is_relative_to(d.run)
+        yield d
+    finally:
+        daemon.__exit__(None, None, None)
+
+
+def _fill(run: Path, leave: int) -> Path:
+    """Fill run's file system, then free `leave` bytes of it."""
+    filler = run / "filler"
+    with open(filler, "wb", buffering=0) as f:
+        chunk = b"\0" * (256 << 10)
+        try:
+            while True:
+                f.write(chunk)
+        except OSError as exc:
+            assert exc.errno == errno.ENOSPC
+    os.truncate(filler, filler.stat().st_size - leave)
+    return filler
+
+
+def test_a_full_run_directory_costs_an_upload_429_retry_after_and_nothing_else(full_daemon):
+    from typesafe_sdk._core.multipart import Part, encode_multipart
+
+    from tests.server.http_proc import Http
+
+    criteria = {"cat": None, "dog": None}
+    text = {"state": "x", "questions": {"q": {"type": "choice", "criteria": criteria}}}
+    noise = io.BytesIO()
+    Image.frombytes("RGB", (128, 128), os.urandom(128 * 128 * 3)).save(noise, "PNG")    # ~48 KiB, incompressible
+    request = {**text, "assets": {"p": {"type": "image", "part": "i"}}}
+    kind, raw = encode_multipart([Part("request", "application/json", json.dumps(request).encode()),
+                                  Part("i", "image/png", noise.getvalue(), "i")])
+    upload = {"raw": raw, "headers": {"Content-Type": kind}}
+    http = Http(full_daemon.port, timeout=60)
+    filler = _fill(full_daemon.run, 16 << 10)     # 16 KiB left: the image's first write is short, the next fails
+    try:
+        status, headers, reply = http.request("POST", "/v1/systemone", None, **upload)
+        # Before: 422 invalid_request ("could not be kept for checking"), and the 16 KiB written left behind.
+        assert (status, headers.get("retry-after"), headers.get("x-jevany-daemon-error")) == (429, "1", "overloaded")
+        assert reply["detail"] == ("the daemon has no room to keep the uploaded image (No space left on device); "
+                                   "retry later")
+        assert list(full_daemon.uploads.iterdir()) == []
+        # Text needs no room: served all along.
+        status, _, reply = http.request("POST", "/v1/systemone", text)
+        assert status == 200 and set(reply["answers"]["q"]["probabilities"]) == {"cat", "dog"}
+    finally:
+        filler.unlink()
+    # Room again: the same upload is kept, checked, answered (by the worker: a text model's refusal of
+    # media, 422) and removed; the same gateway throughout.
+    status, _, reply = http.request("POST", "/v1/systemone", None, **upload)
+    assert (status, reply["detail"]) == (422, "choice readout does not support media requests")
+    assert list(full_daemon.uploads.iterdir()) == []
+    assert full_daemon.status()["http"]["pid"] == full_daemon.gateway
+    http.close()
