@@ -1,6 +1,6 @@
-"""Replies on their way out: to the connection that asked, and never more held for a client than it reads.
+"""Replies on their way out: to the connection that asked, and never more held than clients read.
 
-Two things a ROUTER will not do for us:
+Three things a ROUTER will not do for us:
 
 - It routes by routing id, and a client may choose its own. Once a client
   disconnects, a newcomer that connects under the same id would receive the
@@ -17,11 +17,18 @@ Two things a ROUTER will not do for us:
   meets either bound. What libzmq has queued but not yet written to the
   kernel, and what the client's own libzmq takes in, cannot be seen this
   way; the high-water mark bounds that part by count.
+- It bounds each client, never their sum: clients that never read, each
+  held up to its own bound, pin memory in proportion to their number. So
+  every reply libzmq may hold for long (TRACK_FROM bytes or more, or any
+  reply to a client whose buffer is not draining) is sent zero-copy and
+  tracked until libzmq lets its bytes go (pyzmq's MessageTracker), and
+  those held for all clients together stay within TOTAL_BYTES (Budget).
 """
 import array
 import fcntl
 import logging
 import termios
+from collections import deque
 
 import zmq
 
@@ -34,7 +41,13 @@ DRAINING_BELOW = 64 << 10   # a kernel send queue under this is being read
 SOFT_BYTES = 1 << 20        # held for a client that has not read for GRACE_S
 GRACE_S = 2.0
 HARD_BYTES = 32 << 20       # held for a client, however recently it read
+TOTAL_BYTES = 64 << 20      # held for all clients together (Budget)
+TRACK_FROM = 64 << 10       # a reply this big is tracked wherever it goes (smaller ones: pyzmq copies them)
 DROPPED_LOG_EVERY_S = 10.0
+
+GONE, NOT_READING = "client gone", "client not reading"
+OVER_TOTAL = "held replies past the total"     # refused: the clients not reading already hold the total
+CLOSED = "client closed for not reading"       # held for a client the budget disconnected, lost with it
 
 
 class Envelope(list):
@@ -54,30 +67,42 @@ class Outbox:
         self.held: dict = {}         # (fd, serial) → [bytes sent since it last drained, since when]
         self.dropped = RateLimited(log, "reply_dropped", DROPPED_LOG_EVERY_S, clock, level=logging.WARNING)
         self.dropped_by_cause: dict[str, int] = {}
+        self.budget = Budget(peers, clock, self.dropped_by_cause)
 
     def send(self, sock, envelope: list, payload: bytes) -> bool:
         peer = getattr(envelope, "peer", UNWATCHED)
+        key = tracked = None
         if peer.serial is not None:
             self.peers.read()         # a disconnect libzmq has reported must be known before routing by id
             if not self.peers.alive(peer):
-                return self._drop("client gone")
-            if not self._may_hold(peer, len(payload)):
-                return self._drop("client not reading")
+                return self._drop(GONE)
+            unread = _unread(peer.fd)
+            if not self._may_hold(peer, unread, len(payload)):
+                return self._drop(NOT_READING)
+            key = (peer.fd, peer.serial)
+            tracked = len(payload) >= TRACK_FROM or unread >= DRAINING_BELOW
+            if tracked and not self.budget.fits(key, len(payload)):
+                return self._drop(OVER_TOTAL if self.peers.alive(peer) else CLOSED)   # closed to make room
         try:
-            sock.send_multipart([*envelope, payload], zmq.NOBLOCK)
+            if tracked:
+                frame = zmq.Frame(payload, track=True, copy=False)    # its tracker: when libzmq lets go
+                sent = sock.send_multipart([*envelope, frame], zmq.NOBLOCK, copy=False, track=True)
+                self.budget.track(key, sent, len(payload))
+            else:
+                sock.send_multipart([*envelope, payload], zmq.NOBLOCK)
         except zmq.Again:
             # The client's pipe is full (it stopped reading): drop rather than
             # block every other client behind it.
-            return self._drop("client not reading")
+            return self._drop(NOT_READING)
         except zmq.ZMQError as exc:
             if exc.errno != zmq.EHOSTUNREACH:
                 raise
-            return self._drop("client gone")
+            return self._drop(GONE)
         return True
 
-    def _may_hold(self, peer: Peer, size: int) -> bool:
+    def _may_hold(self, peer: Peer, unread: int, size: int) -> bool:
         key = (peer.fd, peer.serial)
-        if _unread(peer.fd) < DRAINING_BELOW:
+        if unread < DRAINING_BELOW:
             self.held.pop(key, None)       # it reads: nothing is piling up for it
             return True
         held = self.held.setdefault(key, [0, self.clock()])
@@ -91,11 +116,87 @@ class Outbox:
         """Drop the accounts of connections that went (bounded by the connections open)."""
         for key in [k for k in self.held if not self.peers.alive(Peer(k[0], k[1]))]:
             del self.held[key]
+        self.budget.settle()
 
     def _drop(self, cause: str) -> bool:
         self.dropped.hit(cause=cause)
         self.dropped_by_cause[cause] = self.dropped_by_cause.get(cause, 0) + 1
         return False
+
+
+class Budget:
+    """Tracked replies that libzmq still holds, per connection, and their total within TOTAL_BYTES.
+
+    Refusing a reply frees nothing already queued: libzmq lets a
+    connection's queue go only when the connection ends (at once, not after
+    the socket's linger: the peer is gone). So when a reply would pass the
+    total, the connections that have not taken a tracked reply for GRACE_S
+    are closed, the one holding the most first, until it fits (peers.py
+    shuts the connection down; its client's ZeroMQ socket connects again by
+    itself, and the replies it had not read are lost). If it still does not
+    fit, the reply is dropped: what fills the total then was sent less than
+    GRACE_S ago, to clients that may yet read it. Nothing held at all, one
+    reply goes however big. A client that reads takes each reply within
+    milliseconds, so it is never closed.
+    """
+
+    def __init__(self, peers, clock, dropped_by_cause: dict):
+        self.peers, self.clock, self.dropped_by_cause = peers, clock, dropped_by_cause
+        self.replies: dict[tuple, deque] = {}   # (fd, serial) → deque of [tracker, size, sent at], oldest first
+        self.bytes: dict[tuple, int] = {}       # (fd, serial) → what its replies hold
+        self.total = 0
+        self.letting_go: list = []              # [tracker, size] of closed connections, until libzmq lets go
+        self.closed = 0
+        self.closing = RateLimited(log, "client_closed", DROPPED_LOG_EVERY_S, clock, level=logging.WARNING)
+
+    def track(self, key: tuple, tracker, size: int) -> None:
+        self.replies.setdefault(key, deque()).append([tracker, size, self.clock()])
+        self.bytes[key] = self.bytes.get(key, 0) + size
+        self.total += size
+
+    def fits(self, key: tuple, size: int) -> bool:
+        """Whether a reply of size may go to key, after closing stuck holders, largest first, to make room."""
+        self.settle()
+        if self.total + size <= TOTAL_BYTES:
+            return True
+        now = self.clock()
+        for holder in sorted(self.bytes, key=self.bytes.__getitem__, reverse=True):
+            if self.total + size <= TOTAL_BYTES:
+                break
+            if now - self.replies[holder][0][2] >= GRACE_S:
+                self._close(holder)
+                if holder == key:
+                    return False       # the one it was for: gone with the rest
+        return self.total == 0 or self.total + size <= TOTAL_BYTES
+
+    def settle(self) -> None:
+        """Forget what libzmq has let go of: written to the kernel, or dropped with its connection."""
+        for key in list(self.replies):
+            replies = self.replies[key]
+            while replies and replies[0][0].done:     # a connection's replies leave in order
+                self.bytes[key] -= replies[0][1]
+                self.total -= replies.popleft()[1]
+            if not replies:
+                del self.replies[key], self.bytes[key]
+        self.letting_go = [reply for reply in self.letting_go if not reply[0].done]
+        self.closing.flush()
+
+    def _close(self, key: tuple) -> None:
+        replies, held = self.replies.pop(key), self.bytes.pop(key)
+        self.total -= held
+        self.letting_go.extend(replies)
+        conn = self.peers.conns.get(key[0])
+        if conn is None or conn.serial != key[1] or conn.closing:
+            return                 # going already: libzmq lets go of its queue as it goes
+        self.peers.close([conn])
+        self.closed += 1
+        self.dropped_by_cause[CLOSED] = self.dropped_by_cause.get(CLOSED, 0) + len(replies)
+        self.closing.hit(cause="not reading", held_bytes=held, replies=len(replies), total_bytes=self.total)
+
+    def describe(self) -> dict:
+        self.settle()
+        return {"replies_held_bytes": self.total + sum(size for _, size, *_ in self.letting_go),
+                "closed_not_reading": self.closed}
 
 
 def _unread(fd: int) -> int:

@@ -138,11 +138,12 @@ class Peers:
         return Peer(fd, conn.serial, conn.who["uid"], conn.who["tenant"])
 
     def alive(self, peer: Peer) -> bool:
-        """Whether the connection a request came on still holds its descriptor (read() first)."""
+        """Whether the connection a request came on still holds its descriptor (read() first), and is not
+        being closed by us."""
         if peer.serial is None:
             return True
         conn = self.conns.get(peer.fd)
-        return conn is not None and conn.serial == peer.serial
+        return conn is not None and conn.serial == peer.serial and not conn.closing
 
     def shed(self, conns: list[Conn]) -> None:
         """Close idle connections to free their descriptors."""

@@ -173,7 +173,7 @@ def clients_status(sup) -> dict | None:
     if not hasattr(sup, "fd_guard"):
         return None
     return {**sup.fd_guard.describe(), "messages_refused": sup.inbox.refused,
-            "replies_dropped": dict(sup.outbox.dropped_by_cause)}
+            "replies_dropped": dict(sup.outbox.dropped_by_cause), **sup.outbox.budget.describe()}
 
 
 def daemon_status(sup, private: bool = True) -> dict:
