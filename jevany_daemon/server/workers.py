@@ -196,9 +196,13 @@ MALLOC_DEFAULTS = {"MALLOC_MMAP_THRESHOLD_": str(32 << 20), "MALLOC_TRIM_THRESHO
 
 def malloc_settings(env) -> dict:
     """MALLOC_DEFAULTS, unless the operator tunes glibc's malloc already: their setting wins."""
-    if any(k.startswith("MALLOC_") for k in env) or "glibc.malloc." in env.get("GLIBC_TUNABLES", ""):
-        return {}
-    return dict(MALLOC_DEFAULTS)
+    return {} if tunes_malloc(env) else dict(MALLOC_DEFAULTS)
+
+
+def tunes_malloc(env) -> bool:
+    """Whether the operator tunes glibc's malloc in env (then the daemon leaves it alone, here and in
+    the supervisor: lifecycle.py)."""
+    return any(k.startswith("MALLOC_") for k in env) or "glibc.malloc." in env.get("GLIBC_TUNABLES", "")
 
 
 def _pidfd(pid: int) -> int | None:

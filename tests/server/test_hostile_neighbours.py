@@ -1,22 +1,49 @@
 """Hostile clients that cost everyone else: replies nobody reads.
 
 Replies held for clients that do not read are bounded for all clients together (outbox.py, Budget),
-the one holding the most closed first. Real processes and sockets, loopback and ipc only; a client
-that must not read at all is a process stopped with SIGSTOP.
+the one holding the most closed first; the supervisor's memory follows. Real processes and sockets,
+loopback and ipc only; a client that must not read at all is a process stopped with SIGSTOP.
 """
 import multiprocessing as mp
 import os
 import signal
+import tempfile
 from pathlib import Path
 
+import msgpack
+import pytest
 import zmq
 
 from jevany_daemon.server.outbox import CLOSED, GONE, GRACE_S, OVER_TOTAL, TOTAL_BYTES, Envelope, Outbox
 from jevany_daemon.server.peers import Peers
 
-from .daemons import wait_for
+from .daemons import rss_kb, wait_for
+from .shared_daemons import Raw, frozen, running_daemon, serving_worker
+from .test_hostile_clients import _limit_descriptors
 
 MB = 1 << 20
+KEY_BYTES = 140_000     # 52 option keys of this size: a 7.3 MB request whose answer echoes them (7.4 MB)
+
+
+@pytest.fixture(scope="module")
+def daemon(tiny_model):
+    directory = Path(tempfile.mkdtemp(prefix="jvd-"))
+    directory.chmod(0o755)            # another local user may reach the public socket (mode 0666)
+    with running_daemon(tiny_model("qwen3", "choice"), "--socket-mode", "0666", preexec=_limit_descriptors,
+                        directory=directory) as d:
+        yield d
+
+
+def _big(tag: str) -> dict:
+    # The choice readout shows the model each option's description, not its key: the keys cost
+    # no tokens, and come back in the answer's probabilities.
+    criteria = {f"{tag}-{j}-" + "k" * KEY_BYTES: "o" for j in range(52)}
+    return {"state": "s", "questions": {"q": {"type": "choice", "criteria": criteria}}}
+
+
+def _control(daemon) -> dict:
+    with daemon.control_client(timeout=30) as control:
+        return control.status()
 
 
 class Clock:
@@ -120,3 +147,66 @@ def _stopped(pid: int) -> bool:
     """Whether every thread of pid has stopped (SIGSTOP is delivered to each as it next runs)."""
     tasks = Path(f"/proc/{pid}/task")
     return all((task / "stat").read_text().rsplit(")", 1)[1].split()[0] in "tT" for task in tasks.iterdir())
+
+
+def _ask_and_wait(endpoint: str, requests: list, clients: int, ready, done) -> None:
+    """In a child: clients DEALERs, each sending every request, then reading nothing."""
+    ctx = zmq.Context()
+    socks = []
+    for _ in range(clients):
+        sock = ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.connect(endpoint)
+        socks.append(sock)
+    for sock in socks:
+        for request in requests:
+            sock.send(request)
+    ready.set()
+    done.wait(120)
+    ctx.destroy(linger=0)
+
+
+def test_clients_that_never_read_their_big_replies_cost_the_supervisor_a_bounded_total(daemon):
+    # Ten clients x two replies of 7.4 MB, none read: each client within its own bounds, 148 MB in all.
+    # Now at most TOTAL_BYTES is held for all of them together, and what is let go of goes back to the
+    # system.
+    clients, each = 10, 2
+    pid = daemon.proc.pid
+    with Raw(daemon.endpoint) as warm:            # the supervisor's first big reply: its baseline
+        warm.send("warm", "decide", _big("warm"))
+        assert warm.recv(60)["ok"]
+    before = rss_kb(pid)
+    decided = _control(daemon)["requests"]["by_op"].get("decide", 0)
+    requests = [msgpack.packb({"v": 1, "id": i, "op": "decide", "body": _big(f"r{i}")}) for i in range(each)]
+    forked = mp.get_context("fork")
+    ready, done = forked.Event(), forked.Event()
+    worker = serving_worker(daemon)
+    hogs = forked.Process(target=_ask_and_wait, args=(daemon.endpoint, requests, clients, ready, done), daemon=True)
+    try:
+        with frozen(worker["pid"]):          # every request at the supervisor before a reply leaves it
+            hogs.start()
+            assert ready.wait(60)
+
+            def all_taken_in() -> bool:
+                status = _control(daemon)
+                return status["queue"]["depth"] + serving_worker(daemon)["inflight"] == clients * each
+
+            wait_for(all_taken_in, 60, "every request taken in")
+            os.kill(hogs.pid, signal.SIGSTOP)
+            wait_for(lambda: _stopped(hogs.pid), 10, "the clients stopped")
+        wait_for(lambda: _control(daemon)["requests"]["by_op"].get("decide", 0) >= decided + clients * each, 120,
+                 "every request answered")
+        grew = rss_kb(pid) - before
+        status = _control(daemon)["clients"]
+        print(f"{clients} x {each} unread replies of 7.4 MB: supervisor RSS {before // 1024} MB -> "
+              f"+{grew // 1024} MB; {status}")
+        assert grew < 100 * 1024, f"the supervisor grew {grew // 1024} MB"
+        assert status["replies_held_bytes"] <= TOTAL_BYTES
+        assert status["replies_dropped"].get(OVER_TOTAL, 0) + status["replies_dropped"].get(CLOSED, 0) > 0
+        with daemon.client(timeout=30) as client:       # and everybody else is served as before
+            assert client.ping()["pong"]
+    finally:
+        if hogs.pid is not None:
+            os.kill(hogs.pid, signal.SIGCONT)
+        done.set()
+        hogs.join(30)
