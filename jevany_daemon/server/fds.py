@@ -19,9 +19,15 @@ tolerates), taking the workers, the gateway and every caller with it. So:
   then clients silent for QUIET_S, longest silent first, down to
   RESUME_BELOW; one holding a request never is. Unbinding would have closed
   every client at once: libzmq drops an endpoint's connections with it;
-- the endpoints take peers again after a cool-down that doubles while
-  floods keep coming back (up to MAX_COOLDOWN_S), and a flood that follows
-  at once is met after a few more connections, not at REFUSE_AT again.
+- the endpoints take peers again as soon as that is done: under
+  RESUME_BELOW, and no connection to them that never sent a message left
+  (closed, or gone by itself). Waiting longer would only keep newcomers
+  out: while the file is mode 0 nothing tells whether the flood still
+  knocks, so taking peers again is how to find out. A flood that comes
+  back is met after AGAIN_AFTER more connections, not at REFUSE_AT again,
+  and those are shed in turn MUTE_S later: a flood that holds its
+  connections gets in at most AGAIN_AFTER of the limit per MUTE_S, and a
+  newcomer is served the moment the flood is over.
 
 What a burst may take while the loop notices is the half left free. For a
 local user other than root, the mode-0 file stops a flood outright (the
@@ -33,19 +39,17 @@ import logging
 import os
 import resource
 
-from .logs import RateLimited, event
+from .logs import RateLimited
 
 log = logging.getLogger("jevany.supervisor")
 
 WARN_AT = 0.4          # of the limit: log fd_pressure
 REFUSE_AT = 0.5        # stop taking new peers, close idle ones
-RESUME_BELOW = 0.4     # take new peers again, once the cool-down is over
+RESUME_BELOW = 0.4     # take new peers again, once the flood that was refused is shed
 AGAIN_AFTER = 0.05     # after resuming, refuse again once this much more of the limit is taken
 MUTE_S = 1.0           # a connection that sent nothing this long may be closed under pressure
 QUIET_S = 30.0         # and a client that sent nothing since this long, if that is not enough
-FIRST_COOLDOWN_S = 1.0
-MAX_COOLDOWN_S = 10.0  # a flood that ends is forgotten within this
-CALM_AFTER_S = 60.0    # a refusal this long after the last resume starts the cool-down afresh
+CALM_AFTER_S = 60.0    # this long after the last resume with no refusal, back to REFUSE_AT
 RECOUNT_EVERY_S = 2.0  # the descriptors that are not peers (workers, sockets, files), counted again
 RECOUNT_UP_TO = 65536  # past this many, counting /proc/self/fd costs more than it tells
 PRESSURE_LOG_EVERY_S = 10.0
@@ -96,11 +100,13 @@ class FdGuard:
         self.refuse_at = int(REFUSE_AT * self.limit)
         self.refusing = False
         self.refusals = 0         # times the endpoints stopped taking peers
-        self.cooldown_s = FIRST_COOLDOWN_S
-        self.resume_at = self.resumed_at = float("-inf")
+        self.resumed_at = float("-inf")
         self.others = max(0, open_count() - len(peers))
         self._next_recount = clock() + RECOUNT_EVERY_S
         self.warned = RateLimited(log, "fd_pressure", PRESSURE_LOG_EVERY_S, clock, level=logging.WARNING)
+        # A flood that keeps coming back stops and resumes the endpoints about once per MUTE_S.
+        self.stops = RateLimited(log, "fd_refusing", PRESSURE_LOG_EVERY_S, clock, level=logging.WARNING)
+        self.resumes = RateLimited(log, "fd_resumed", PRESSURE_LOG_EVERY_S, clock)
         self.public = {listener.sock for listener in listeners}
         peers.on_accept = self.accepted
 
@@ -129,19 +135,17 @@ class FdGuard:
         self.accepted()
         if self.refusing:
             self._shed()
-            if self.open < RESUME_BELOW * self.limit and now >= self.resume_at:
+            if self.open < RESUME_BELOW * self.limit and not self._unheard():
                 self._resume(now)
         self.warned.flush()
+        self.stops.flush()
+        self.resumes.flush()
 
     def _refuse(self) -> None:
-        now = self.clock()
-        self.cooldown_s = (min(MAX_COOLDOWN_S, self.cooldown_s * 2) if now - self.resumed_at < CALM_AFTER_S
-                           else FIRST_COOLDOWN_S)
-        self.refusing, self.refusals, self.resume_at = True, self.refusals + 1, now + self.cooldown_s
+        self.refusing, self.refusals = True, self.refusals + 1
         for listener in self.listeners:
             listener.stop()
-        event(log, "fd_refusing", level=logging.WARNING, open=self.open, limit=self.limit, peers=len(self.peers),
-              cooldown_s=self.cooldown_s)
+        self.stops.hit(open=self.open, limit=self.limit, peers=len(self.peers))
 
     def _resume(self, now: float) -> None:
         self.refusing, self.resumed_at = False, now
@@ -149,7 +153,12 @@ class FdGuard:
         self.refuse_at = min(int(REFUSE_AT * self.limit), self.open + max(1, int(AGAIN_AFTER * self.limit)))
         for listener in self.listeners:
             listener.resume()
-        event(log, "fd_resumed", open=self.open, limit=self.limit, peers=len(self.peers))
+        self.resumes.hit(open=self.open, limit=self.limit, peers=len(self.peers))
+
+    def _unheard(self) -> bool:
+        """Whether a connection to a public endpoint that never sent a message still holds its descriptor
+        (one closed, or turned away, counts until libzmq reports it gone): the flood is not over."""
+        return any(not c.heard and c.sock in self.public for c in self.peers.conns.values())
 
     def _shed(self) -> None:
         excess = self.open - int(RESUME_BELOW * self.limit) + 1

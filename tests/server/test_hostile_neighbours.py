@@ -1,25 +1,28 @@
-"""Hostile clients that cost everyone else: replies nobody reads.
+"""Hostile clients that cost everyone else: replies nobody reads, and a flood of idle connections.
 
 Replies held for clients that do not read are bounded for all clients together (outbox.py, Budget),
-the one holding the most closed first; the supervisor's memory follows. Real processes and sockets,
+the one holding the most closed first; the supervisor's memory follows. A newcomer is served as soon
+as a flood of idle connections is over, not after a cool-down (fds.py). Real processes and sockets,
 loopback and ipc only; a client that must not read at all is a process stopped with SIGSTOP.
 """
 import multiprocessing as mp
 import os
 import signal
 import tempfile
+import time
 from pathlib import Path
 
 import msgpack
 import pytest
 import zmq
 
+from jevany_client import JevClient
 from jevany_daemon.server.outbox import CLOSED, GONE, GRACE_S, OVER_TOTAL, TOTAL_BYTES, Envelope, Outbox
 from jevany_daemon.server.peers import Peers
 
 from .daemons import rss_kb, wait_for
 from .shared_daemons import Raw, frozen, running_daemon, serving_worker
-from .test_hostile_clients import _limit_descriptors
+from .test_hostile_clients import _as_another_user, _flood, _limit_descriptors
 
 MB = 1 << 20
 KEY_BYTES = 140_000     # 52 option keys of this size: a 7.3 MB request whose answer echoes them (7.4 MB)
@@ -210,3 +213,30 @@ def test_clients_that_never_read_their_big_replies_cost_the_supervisor_a_bounded
             os.kill(hogs.pid, signal.SIGCONT)
         done.set()
         hogs.join(30)
+
+
+def test_a_newcomer_is_served_as_soon_as_a_flood_of_idle_connections_is_over(daemon):
+    # 1,100 idle connections from another user against a 1,024-descriptor limit, that come back each time
+    # they are closed. The endpoint is stopped and resumed as the flood is shed and comes back; when it
+    # ends, right after a refusal began, a newcomer is served at once. It waited out a cool-down before,
+    # doubled each time the flood came back: about 8 s by the fourth refusal.
+    flooder, done = _as_another_user(_flood, daemon.endpoint, 1100)
+    try:
+        seen = []
+
+        def refused_again() -> bool:
+            clients = _control(daemon)["clients"]
+            seen.append(clients)
+            return clients["refusals"] >= 4 and clients["refusing_new_peers"]
+
+        wait_for(refused_again, 60, "the flood refused a fourth time")
+        assert daemon.proc.poll() is None and max(c["open"] for c in seen) < 1024 * 0.75
+    finally:
+        done.set()
+        flooder.join(30)
+    ended = time.monotonic()
+    with JevClient(daemon.endpoint, timeout=30) as newcomer:
+        assert newcomer.ping()["pong"]
+    waited = time.monotonic() - ended
+    print(f"a newcomer waited {waited:.2f}s after the flood; {seen[-1]}")
+    assert waited < 3.0, f"a newcomer waited {waited:.1f}s after the flood ended"
