@@ -46,7 +46,7 @@ TRACK_FROM = 64 << 10       # a reply this big is tracked wherever it goes (smal
 DROPPED_LOG_EVERY_S = 10.0
 
 GONE, NOT_READING = "client gone", "client not reading"
-OVER_TOTAL = "held replies past the total"     # refused: the clients not reading already hold the total
+OVER_TOTAL = "held replies past the total"     # refused: the total is held, none of it GRACE_S unread
 CLOSED = "client closed for not reading"       # held for a client the budget disconnected, lost with it
 
 
@@ -128,16 +128,16 @@ class Budget:
     """Tracked replies that libzmq still holds, per connection, and their total within TOTAL_BYTES.
 
     Refusing a reply frees nothing already queued: libzmq lets a
-    connection's queue go only when the connection ends (at once, not after
-    the socket's linger: the peer is gone). So when a reply would pass the
-    total, the connections that have not taken a tracked reply for GRACE_S
-    are closed, the one holding the most first, until it fits (peers.py
-    shuts the connection down; its client's ZeroMQ socket connects again by
-    itself, and the replies it had not read are lost). If it still does not
-    fit, the reply is dropped: what fills the total then was sent less than
-    GRACE_S ago, to clients that may yet read it. Nothing held at all, one
-    reply goes however big. A client that reads takes each reply within
-    milliseconds, so it is never closed.
+    connection's queue go only when the connection ends (at once, as the
+    loop next uses the socket; not after its linger, the peer being gone).
+    So when a reply would pass the total, the connections whose oldest reply
+    still held was sent GRACE_S ago are closed, the one holding the most
+    first, until it fits (peers.py shuts the connection down; its client's
+    ZeroMQ socket connects again by itself, and the replies it had not read
+    are lost). If it still does not fit, the reply is dropped: what fills
+    the total then was sent less than GRACE_S ago, to clients that may yet
+    read it. Nothing held at all, one reply goes however big. A client that
+    reads takes each reply within milliseconds, so it is never closed.
     """
 
     def __init__(self, peers, clock, dropped_by_cause: dict):
@@ -145,7 +145,7 @@ class Budget:
         self.replies: dict[tuple, deque] = {}   # (fd, serial) → deque of [tracker, size, sent at], oldest first
         self.bytes: dict[tuple, int] = {}       # (fd, serial) → what its replies hold
         self.total = 0
-        self.letting_go: list = []              # [tracker, size] of closed connections, until libzmq lets go
+        self.letting_go: list = []              # the replies of closed connections, until libzmq lets go
         self.closed = 0
         self.closing = RateLimited(log, "client_closed", DROPPED_LOG_EVERY_S, clock, level=logging.WARNING)
 
