@@ -619,7 +619,7 @@ def test_a_flood_of_idle_connections_is_turned_away_and_busy_clients_keep_theirs
         finally:
             done.set()
             flooder.join(30)
-        # Once the flood is gone, new clients are taken again (after the cool-down, at most 10 s).
+        # Once the flood is gone and shed, new clients are taken again (fds.py).
         wait_for(lambda: not _control(daemon)["clients"]["refusing_new_peers"], 30, "new clients taken again")
         with daemon.client(timeout=30) as newcomer:
             assert newcomer.decide(TEXT["state"], TEXT["questions"])["answers"]
