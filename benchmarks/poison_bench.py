@@ -7,10 +7,9 @@ A tiny model built on the spot (nothing downloaded), a greedy engine of
 --batch requests, one of which makes every pass holding it fail (as a bad
 input or a request that runs the device out of memory would). Each row scores
 the same batch: clean, then poisoned with the failed pass's requests retried
-each alone (passes.py) and, for comparison in the same run, retried in halves
-down to one (fewer passes, more rows: log2(n) levels of halves). The
-neighbours' answers come with the batch's, so the batch's wall time is what
-the poison costs them.
+in halves down to one (passes.py) and, for comparison in the same run, each
+retried alone (fewer rows, more passes). The neighbours' answers come with
+the batch's, so the batch's wall time is what the poison costs them.
 """
 import argparse
 import json
@@ -28,14 +27,13 @@ from jevany_daemon.model.tiny import build_tiny_model
 POISON = {"state": "zebra crossing", "questions": {"q": {"type": "noul"}}}
 
 
-def _halves(self, launched):
-    """The alternative: a failed pass's requests again in two halves, each halved again if it fails."""
+def _alone(self, launched):
+    """The alternative: every request of a failed pass scored again alone."""
     batch = launched.batch
     self.engine.forget(batch)
     if len(batch) == 1:
         return [launched.error]
-    half = len(batch) // 2
-    return [*self.collect(self.launch(batch[:half])), *self.collect(self.launch(batch[half:]))]
+    return [self.collect(self.launch([a]))[0] for a in batch]
 
 
 def run(engine: Engine, bodies: list, poisoned: bool, retry) -> dict:
@@ -76,8 +74,8 @@ def main() -> None:
                                  prefix_cache=0))
     bodies = workloads.short(args.batch - 1, seed=3)
     rows = {}
-    for name, poisoned, retry in (("clean", False, None), ("poisoned, retried alone", True, None),
-                                  ("poisoned, retried in halves", True, _halves)):
+    for name, poisoned, retry in (("clean", False, None), ("poisoned, retried in halves", True, None),
+                                  ("poisoned, retried alone", True, _alone)):
         runs = [run(engine, bodies, poisoned, retry) for _ in range(args.repeats)]
         best = min(runs, key=lambda r: r["seconds"])
         rows[name] = best

@@ -5,8 +5,8 @@ what arrived and forms the next pass then (server/worker.py). A pass talks
 to the device three times: one upload of every input it needs, the kernels
 it queues, one download of every probability it produced (stream.py). A
 failure may show at either half (on CUDA an error surfaces when the host
-waits); either way the pass failed, and each of its requests is scored
-again alone so an error stays with the request that caused it.
+waits); either way the pass failed, and its requests are scored again in
+halves, down to one, so an error stays with the request that caused it.
 """
 from dataclasses import dataclass
 
@@ -119,7 +119,7 @@ class Passes:
     # --- collect ----------------------------------------------------------
 
     def collect(self, launched: Launched) -> list:
-        """Wait for a launched pass; → each request's result or JevanyError. Fails over to scoring alone."""
+        """Wait for a launched pass; → each request's result or JevanyError. Fails over to scoring in halves."""
         self.wait(launched)
         return self.finish(launched)
 
@@ -132,7 +132,7 @@ class Passes:
                 launched.error = detached(exc)
 
     def finish(self, launched: Launched) -> list:
-        """A waited-for pass's outcomes: answers shaped, or its requests scored again alone."""
+        """A waited-for pass's outcomes: answers shaped, or its requests scored again (_failed)."""
         self._record(launched, launched.seconds)
         if launched.error is not None:
             return self._failed(launched)
@@ -166,7 +166,13 @@ class Passes:
             engine.observer(rec)
 
     def _failed(self, launched: Launched) -> list:
-        """A failed pass: its requests again alone, unless the device itself is gone."""
+        """A failed pass: its requests again in halves, unless the device itself is gone.
+
+        Halves, not each request alone: a request that breaks every pass it
+        joins is found in about 2·log2(n) more passes, not n, and the half
+        without it is answered by the first of them (benchmarks/poison_bench.py).
+        A failure of the whole batch (out of memory) gives its halves their
+        chance to fit; one that fails any pass of two ends in 2n - 1 passes."""
         engine, exc, batch = self.engine, launched.error, launched.batch
         if is_device_lost(exc):
             engine.lost = exc if isinstance(exc, DeviceLost) else DeviceLost(
@@ -179,8 +185,9 @@ class Passes:
         engine.forget(batch)      # a prefix this pass used may be what broke it
         if len(batch) == 1:
             return [_as_jevany_error(exc)]
-        engine.stats.retried_alone += len(batch)
-        return [self.collect(self.launch([a]))[0] for a in batch]
+        engine.stats.retried += len(batch)
+        half = len(batch) // 2
+        return [*self.collect(self.launch(batch[:half])), *self.collect(self.launch(batch[half:]))]
 
     def _results(self, launched: Launched, probs: list[list[float]], latency_ms: float) -> list:
         """Each request's reply, its answers checked; usage counted for the whole pass at once."""

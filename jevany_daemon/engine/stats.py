@@ -20,8 +20,8 @@ class BatchStats:
     requests: int = 0
     padded_tokens: int = 0
     real_tokens: int = 0
-    retried_alone: int = 0
-    non_finite: int = 0      # passes whose probabilities were not all finite (failed, then retried alone)
+    retried: int = 0         # requests scored again after a pass they were in failed (in halves, passes.py)
+    non_finite: int = 0      # passes whose probabilities were not all finite (failed, then retried)
     busy_s: float = 0.0      # time spent in forward passes; over wall time, how saturated the model is
     histogram: Counter = field(default_factory=Counter)
 
@@ -41,7 +41,7 @@ class BatchStats:
             "batch_size_histogram": {str(k): v for k, v in sorted(self.histogram.items())},
             "padded_tokens": self.padded_tokens,
             "padding_waste": 1 - self.real_tokens / self.padded_tokens if self.padded_tokens else 0.0,
-            "retried_alone": self.retried_alone,
+            "retried": self.retried,
             "non_finite": self.non_finite,
             "busy_s": round(self.busy_s, 4),
         }

@@ -98,7 +98,7 @@ def test_batched_equals_serial_under_cuda_attention(models, serial, arch, readou
     assert seen.calls > 0                                # the emulation sat in the attention path
     assert all(isinstance(r, dict) for r in alone + batched), [r for r in alone + batched if not isinstance(r, dict)]
     assert all(r["batch"]["size"] == len(REQUESTS) for r in batched)   # one pass, not rescored alone
-    assert engine.stats.retried_alone == 0
+    assert engine.stats.retried == 0
     assert all(math.isfinite(p) for p in _probabilities(alone) + _probabilities(batched))
     report = compare(alone, batched)
     # `pytest -s` prints the emulated parity table

@@ -38,6 +38,11 @@ def _finite(outcomes) -> bool:
                for a in r["answers"].values() for p in a["probabilities"].values())
 
 
+def _halvings(n: int) -> int:
+    """Requests retried when every pass of more than one fails: n, then each half's."""
+    return 0 if n == 1 else n + _halvings(n // 2) + _halvings(n - n // 2)
+
+
 def test_a_non_finite_batch_is_rescored_alone(make_engine):
     engine = _engine(make_engine)
     expected = [engine.score([engine.admit(b)])[0] for b in REQUESTS]
@@ -49,7 +54,8 @@ def test_a_non_finite_batch_is_rescored_alone(make_engine):
     results = engine.score([engine.admit(b) for b in REQUESTS])
     assert all(isinstance(r, dict) and r["batch"]["size"] == 1 for r in results)
     assert [r["answers"] for r in results] == [r["answers"] for r in expected]
-    assert engine.stats.non_finite == 1 and engine.stats.retried_alone == len(REQUESTS)
+    # every pass of more than one fails: halved down to one, each level of halves retried in turn
+    assert engine.stats.retried == _halvings(len(REQUESTS))
 
 
 def test_a_request_still_non_finite_alone_gets_internal(make_engine):
@@ -58,7 +64,7 @@ def test_a_request_still_non_finite_alone_gets_internal(make_engine):
     results = engine.score([engine.admit(b) for b in REQUESTS])
     assert all(isinstance(r, InternalError) for r in results)
     assert all("non-finite" in r.message for r in results)
-    assert engine.stats.non_finite == 1 + len(REQUESTS)
+    assert engine.stats.non_finite == 2 * len(REQUESTS) - 1      # every pass of the halving, down to each alone
 
 
 def test_out_of_memory_rescores_alone_and_empties_the_cache(make_engine, monkeypatch):
@@ -149,7 +155,7 @@ def test_one_device_to_host_copy_per_pass(make_engine, monkeypatch):
 
 @pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])
 def test_a_failed_pass_frees_what_it_computed_before_its_requests_are_retried(make_engine, monkeypatch, arch):
-    """The retries alone after an out-of-memory pass fit only if the failed pass's memory is gone by then:
+    """The retries after an out-of-memory pass fit only if the failed pass's memory is gone by then:
     its joined cache (kept entries' rows and the states computed so far) and its activations. A kept
     exception's traceback holds the frames they live in, and a worker's full collections are rare."""
     engine = make_engine(arch, "choice", batch_policy="greedy", max_batch_size=32, max_padding_waste=1.0,
@@ -178,9 +184,9 @@ def test_a_failed_pass_frees_what_it_computed_before_its_requests_are_retried(ma
         left_for_the_collector = gc.collect()      # a cycle through the kept error and its frames
     finally:
         gc.enable()
-    assert all(isinstance(o, dict) and o["batch"]["size"] == 1 for o in outcomes), outcomes
-    # every retry's forwards (one request each, and the head pinned again: the failed pass forgot it)
-    assert failed and len(alive_at_retries) >= len(outcomes)
+    assert all(isinstance(o, dict) and o["batch"]["size"] == 2 for o in outcomes), outcomes   # in halves
+    # every retry's forwards (two requests each, and the head pinned again: the failed pass forgot it)
+    assert failed and len(alive_at_retries) >= 2
     assert set(alive_at_retries) == {0} and alive_after == 0, (alive_at_retries, alive_after)
     assert left_for_the_collector == 0
 

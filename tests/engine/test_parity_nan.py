@@ -112,7 +112,7 @@ def test_a_bad_answer_fails_its_request_alone(make_engine, fault):
     assert [p for body, r in zip(MATES, mates) for p in answer_problems(body, r)] == []
     if fault != "nan":       # a finite pass is not rescored: the mates were answered by the shared pass
         assert {r["batch"]["size"] for r in mates} == {len(MATES) + 1}
-        assert engine.stats.retried_alone == 0
+        assert engine.stats.retried == 0
 
 
 def test_a_good_pass_passes_the_self_check_unchanged(make_engine):
