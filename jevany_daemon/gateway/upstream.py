@@ -9,7 +9,9 @@ The socket is read straight from the event loop (its file descriptor in
 add_reader, drained without blocking) rather than through zmq.asyncio's
 per-call futures: that hop is on every HTTP request's path, and measured
 a few hundred microseconds cheaper this way. ZeroMQ's descriptor signals
-edges, so it is drained to empty on every wake-up and after every send.
+edges, so it is drained to empty on every wake-up and after every send,
+a refused one too: a send takes in the socket's pending commands, the
+edge of a reply that came while the loop was busy among them.
 """
 import asyncio
 from itertools import count
@@ -64,7 +66,10 @@ class Upstream:
                 self.sock.send_multipart([*self.prefix, payload], zmq.NOBLOCK)
             except zmq.Again:     # the pipe to the supervisor is full: it is far behind
                 raise OverloadedError("the HTTP gateway's queue to the daemon is full; retry later") from None
-            self._drain()         # a reply may already be readable, which no new edge announces
+            finally:
+                # A send, refused or not, takes in the socket's pending commands, and with them the edge
+                # that said a reply had come: read what came, which no new edge announces.
+                self._drain()
             reply = await asyncio.wait_for(future, wait_s)
         except asyncio.TimeoutError:
             raise JevTimeoutError(f"no reply from the daemon within {wait_s:g}s") from None
