@@ -14,11 +14,22 @@ embedded app alike:
   required (everywhere but /health and the API description);
 - answers 413 for a declared Content-Length past --max-message-bytes at once,
   and for a streamed body as soon as it passes it, never buffering more;
-- holds at most BODY_BUDGET bytes of bodies across requests, else 429 with
-  Retry-After: a thousand concurrent 8 MB bodies are not 8 GB of gateway
-  (a compressed body counts as sent, then as decoded; a bulk call, which
-  reads its body as it goes, counts BULK_RESERVE_MESSAGES bodies while it
-  runs);
+- holds at most BODY_BUDGET_MESSAGES bodies of --max-message-bytes across
+  requests, and at most CLIENT_SHARE_MESSAGES of them for one client (its
+  address as the server names it; the daemon's gateway turns uvicorn's
+  proxy headers off, so no header chooses it), else 429 with Retry-After:
+  a thousand concurrent 8 MB bodies are not 8 GB of gateway. A body counts
+  the bytes it has sent, not those it declared, so bodies that declare much
+  and send little hold only that little (eight of them, each declaring
+  8 MiB and sending a byte every 5 s, kept every other POST out when
+  declared bytes counted); a compressed body counts as sent, then as
+  decoded; a bulk call, which reads its body as it goes, counts
+  BULK_RESERVE_MESSAGES bodies while it runs;
+- answers 408 to a body that falls behind MIN_BODY_RATE bytes a second
+  once BODY_GRACE_S have passed (it must have sent MIN_BODY_RATE times the
+  seconds since then), as Apache's MinRate does: a body trickled a byte at
+  a time holds a connection and a coroutine for seconds, not the minute
+  connections.py allows a whole body;
 - decodes a compressed body (Content-Encoding zstd or gzip, encodings.py)
   to at most --max-message-bytes, so the routes see it plain;
 - splits a multipart body (typesafe-sdk's images as assets) on
@@ -33,6 +44,7 @@ embedded app alike:
 Each refusal closes the connection: the rest of an unread body is not worth
 reading.
 """
+import asyncio
 import hmac
 import json
 import re
@@ -49,7 +61,10 @@ from .shapes import ASSETS_HERE
 
 PUBLIC_PATHS = frozenset(("/health", "/openapi.json", "/docs", "/docs/oauth2-redirect", "/redoc"))
 BODY_BUDGET_MESSAGES = 8        # bodies of --max-message-bytes the gateway may hold at once
+CLIENT_SHARE_MESSAGES = 4       # of them, what one client (one address) may hold: others keep the rest
 BULK_RESERVE_MESSAGES = 3       # of them, a bulk call's: the body read ahead, the line it reads, the lines in flight
+BODY_GRACE_S = 5.0              # a body's first seconds, before its rate is judged
+MIN_BODY_RATE = 1024            # bytes a second a body must keep up after that (Apache's MinRate is 500)
 _STRINGS = re.compile(rb'"(?:[^"\\]|\\.)*"', re.S)
 
 
@@ -57,7 +72,9 @@ class RequestGuard:
     def __init__(self, app, token: str | None, max_body_bytes: int, dialect: str = "jevany"):
         self.app, self.token, self.max_body, self.dialect = app, token, max_body_bytes, dialect
         self.budget = max_body_bytes * BODY_BUDGET_MESSAGES
+        self.share = max_body_bytes * CLIENT_SHARE_MESSAGES
         self.holding = 0
+        self.by_client: dict = {}       # address → bytes its requests hold; none once they hold nothing
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
@@ -74,31 +91,37 @@ class RequestGuard:
             return await _refuse(send, dialect, 401, "unauthorized", "a valid 'Authorization: Bearer TOKEN' header is "
                                  "required", {b"www-authenticate": b"Bearer"})
         encoded = headers.get(b"content-encoding", b"").strip().lower() not in (b"", b"identity")
+        held = _Held(self, _client(scope))
         if _route_path(scope) == BULK_PATH:
             # Read by the route as it arrives, a line at a time, never gathered here; what it may hold
             # (a line being read, the lines in flight: bulk.py) is reserved for as long as it runs.
             if encoded:
                 return await _refuse(send, dialect, 415, "invalid_request", "a bulk body is read as it arrives, "
                                      "line by line: send it uncompressed")
-            reserve = BULK_RESERVE_MESSAGES * self.max_body
-            if self.holding + reserve > self.budget:
+            if not held.take(BULK_RESERVE_MESSAGES * self.max_body):
                 return await self._busy(send, dialect)
-            self.holding += reserve
             try:
                 return await self.app(scope, receive, _local_redirects(send))
             finally:
-                self.holding -= reserve
+                held.release()
         declared = _content_length(headers)
         if declared is not None and declared > self.max_body:
             return await _refuse(send, dialect, 413, "invalid_request", _too_large(declared, self.max_body))
         if not _has_body(scope, headers, declared):
             return await self.app(scope, receive, _local_redirects(send))
-        reserve = declared if declared is not None else self.max_body
-        if self.holding + reserve > self.budget:
+        if held.full():
             return await self._busy(send, dialect)
-        self.holding += reserve
         try:
-            body = await self._read(receive)
+            body = await self._read(receive, held)
+            if not isinstance(body, bytes):
+                held.release()      # let go before the refusal is written, which may wait on the client
+            if body is _GONE:
+                return              # nobody to answer, and half a body is not worth parsing
+            if body is _BUSY:
+                return await self._busy(send, dialect)
+            if body is _SLOW:
+                return await _refuse(send, dialect, 408, "timeout", f"the request body came slower than "
+                                     f"{MIN_BODY_RATE:,} bytes a second after its first {BODY_GRACE_S:g} s")
             if body is None:
                 return await _refuse(send, dialect, 413, "invalid_request", _too_large(None, self.max_body))
             if encoded:
@@ -107,10 +130,8 @@ class RequestGuard:
                 except BodyEncodingError as exc:
                     return await _refuse(send, dialect, exc.status, "invalid_request", str(exc))
                 # Held from now on: the decoded body (the compressed one is let go), if the budget has room.
-                if self.holding - reserve + len(body) > self.budget:
+                if not held.resize(len(body)):
                     return await self._busy(send, dialect)
-                self.holding += len(body) - reserve
-                reserve = len(body)
                 scope = _decoded_scope(scope, len(body))
             if _is_multipart(headers):
                 if _route_path(scope) != SYSTEMONE_PATH:
@@ -127,31 +148,91 @@ class RequestGuard:
                 return await _refuse(send, dialect, 422, "invalid_request", problem)
             return await self.app(scope, _replay(body, receive), _local_redirects(send))
         finally:
-            self.holding -= reserve
+            held.release()
 
     async def _busy(self, send, dialect: str) -> None:
-        await _refuse(send, dialect, 429, "overloaded", "the HTTP gateway holds as many request bodies as it may; "
-                      "retry later", {b"retry-after": RETRY_AFTER_S.encode()})
+        await _refuse(send, dialect, 429, "overloaded", "the HTTP gateway holds as many request bodies as it may "
+                      "(for everyone, or for this client); retry later", {b"retry-after": RETRY_AFTER_S.encode()})
 
     def _authorized(self, headers: dict) -> bool:
         scheme, _, given = headers.get(b"authorization", b"").decode("latin-1").partition(" ")
         return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())
 
-    async def _read(self, receive) -> bytes | None:
-        """The whole body, or None as soon as it passes the limit (what was read is let go)."""
+    async def _read(self, receive, held: "_Held"):
+        """The whole body, held as it comes; None as soon as it passes the limit, _BUSY once the budget
+        or the client's share has no room for what came, _SLOW once it falls behind MIN_BODY_RATE,
+        _GONE if the client went away before it ended (what was read is let go)."""
         chunks, size = [], 0
+        started = asyncio.get_running_loop().time()
         while True:
-            message = await receive()
+            try:
+                # A message already there is taken whatever the time (receive returns without waiting).
+                async with asyncio.timeout_at(started + BODY_GRACE_S + size / MIN_BODY_RATE):
+                    message = await receive()
+            except TimeoutError:
+                return _SLOW
             if message["type"] == "http.disconnect":
-                break
+                return _GONE
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body:
                 return None
+            if not held.take(len(chunk)):
+                return _BUSY
             chunks.append(chunk)
             if not message.get("more_body", False):
                 break
         return b"".join(chunks)
+
+
+class _Held:
+    """What one request holds of its guard's budget and of its client's share, in bytes."""
+
+    def __init__(self, guard: RequestGuard, client):
+        self.guard, self.client, self.size = guard, client, 0
+
+    def full(self) -> bool:
+        """Whether the budget, or the client's share, is already spent: a body now would be refused."""
+        guard = self.guard
+        return guard.holding >= guard.budget or guard.by_client.get(self.client, 0) >= guard.share
+
+    def take(self, size: int) -> bool:
+        guard = self.guard
+        if guard.holding + size > guard.budget or guard.by_client.get(self.client, 0) + size > guard.share:
+            return False
+        guard.holding += size
+        guard.by_client[self.client] = guard.by_client.get(self.client, 0) + size
+        self.size += size
+        return True
+
+    def resize(self, size: int) -> bool:
+        if size > self.size:
+            return self.take(size - self.size)
+        self._give(self.size - size)
+        return True
+
+    def release(self) -> None:
+        self._give(self.size)
+
+    def _give(self, size: int) -> None:
+        guard = self.guard
+        guard.holding -= size
+        self.size -= size
+        left = guard.by_client.get(self.client, 0) - size
+        if left > 0:
+            guard.by_client[self.client] = left
+        else:
+            guard.by_client.pop(self.client, None)
+
+
+_BUSY, _SLOW, _GONE = object(), object(), object()    # why _read gave up (None: a body past the limit)
+
+
+def _client(scope):
+    """Who a request's bytes are counted against: its peer's address (uvicorn's proxy headers are off in
+    the daemon's gateway, so a header cannot choose it); None where the server names no peer."""
+    client = scope.get("client")
+    return client[0] if client else None
 
 
 def dialect_for(scope, dialect: str) -> str:

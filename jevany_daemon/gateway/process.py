@@ -79,9 +79,11 @@ def main(argv=None) -> int:
     listener = socket.socket(fileno=args.fd)
     upstream = Upstream(args.upstream, settings["max_message_bytes"], tenant=http_tenant(token))
     app = create_app(Gateway(upstream, settings, token, args.metrics_url, args.uploads))
+    # No proxy headers: uvicorn trusts X-Forwarded-For from loopback by default, and there every local
+    # user is a peer; the guard counts a client's bodies by its address, which a header must not choose.
     config = uvicorn.Config(app, http=GuardedHttp, log_level="warning", access_log=False, server_header=False,
                             timeout_graceful_shutdown=GRACEFUL_STOP_S, timeout_keep_alive=KEEP_ALIVE_S,
-                            lifespan="on", backlog=2048)
+                            lifespan="on", backlog=2048, proxy_headers=False)
     floods = FloodFilter(LOG_FLOOD_PERIOD_S)
     for name in ("uvicorn.error", "uvicorn.access", "uvicorn"):
         logging.getLogger(name).addFilter(floods)     # after Config, which sets uvicorn's loggers up

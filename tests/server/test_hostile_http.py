@@ -1,18 +1,150 @@
-"""Hostile clients against the HTTP gateway: the gateway's reader of the daemon's replies while its loop is
-busy.
+"""Hostile HTTP clients against one daemon's gateway: bodies that trickle or hog, and the gateway's reader of
+the daemon's replies while its loop is busy.
+
+The daemon runs with --max-message-bytes 1 MiB, so its gateway's bounds are small: 8 MiB of bodies, 4 MiB
+of them for one client. Clients bound to other loopback addresses (127.0.0.2, ...) stand for other hosts.
 """
 import asyncio
+import json
 import select
+import socket
 import time
+from collections import Counter
 
 import msgpack
 import pytest
 import zmq
 
 from jevany_client.errors import OverloadedError
+from jevany_daemon.gateway.guard import BODY_BUDGET_MESSAGES, BODY_GRACE_S, CLIENT_SHARE_MESSAGES
 from jevany_daemon.gateway.upstream import Upstream
 
+from .daemons import wait_for
+from .http_proc import free_port
+from .shared_daemons import running_daemon
+from .test_hostile_clients import _read_reply, _status_line
+
 MAX = 1 << 20
+TEXT = json.dumps({"state": {"ticket": "parcel lost"}, "questions": {"u": {"type": "noul"}}}).encode()
+
+
+@pytest.fixture(scope="module")
+def daemon(tiny_model):
+    port = free_port()
+    with running_daemon(tiny_model("qwen3", "choice"), "--http", f"127.0.0.1:{port}",
+                        "--max-message-bytes", str(MAX)) as d:
+        d.port = port
+        wait_for(lambda: _healthy(port), 60, "the gateway answering /health")
+        with d.control_client(timeout=30) as control:
+            d.gateway = control.status()["http"]["pid"]
+        yield d
+
+
+def _connect(port: int, source: str = "127.0.0.1", rcvbuf: int | None = None) -> socket.socket:
+    conn = socket.socket()
+    if rcvbuf:
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, rcvbuf)    # before connect: the window it offers
+    conn.settimeout(10)
+    conn.bind((source, 0))
+    conn.connect(("127.0.0.1", port))
+    return conn
+
+
+def _head(length: int, extra: bytes = b"") -> bytes:
+    return (b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n%s"
+            b"Content-Length: %d\r\n\r\n" % (extra, length))
+
+
+def _post(port: int, body: bytes, source: str = "127.0.0.1") -> bytes:
+    with _connect(port, source) as conn:
+        conn.sendall(_head(len(body)) + body)
+        return _read_reply(conn)
+
+
+def _healthy(port: int) -> bool:
+    try:
+        with _connect(port) as conn:
+            conn.sendall(b"GET /health HTTP/1.1\r\nHost: x\r\n\r\n")
+            return _read_reply(conn).startswith(b"HTTP/1.1 200")
+    except OSError:
+        return False
+
+
+def _readable(conn) -> bool:
+    """Whether the gateway has sent something on conn (or closed it), without waiting."""
+    return bool(select.select([conn], [], [], 0)[0])
+
+
+def _until_closed(conn) -> bytes:
+    """All the gateway sends on conn until it closes it (10 s at most, then the test fails)."""
+    data = b""
+    try:
+        while chunk := conn.recv(65536):
+            data += chunk
+    except ConnectionResetError:
+        pass
+    return data
+
+
+# --- bodies: counted as they come, at a minimum rate, within one client's share -----------------------------
+
+
+def test_bodies_that_declare_much_and_send_little_lock_nobody_out_and_are_refused_once_too_slow(daemon):
+    # Eight bodies each declare the cap and send a byte a second. The budget was reserved by declared
+    # bytes: eight of them held all of it, and every other POST got 429 until the body deadline (60 s).
+    slow = [_connect(daemon.port) for _ in range(BODY_BUDGET_MESSAGES)]
+    try:
+        for conn in slow:
+            conn.sendall(_head(MAX))
+        statuses, replies = Counter(), {}
+        deadline, next_byte = time.monotonic() + BODY_GRACE_S + 20, 0.0
+        while len(replies) < len(slow) and time.monotonic() < deadline:
+            statuses[_status_line(_post(daemon.port, TEXT))] += 1
+            for conn in slow:
+                if conn in replies:
+                    continue
+                if _readable(conn):
+                    replies[conn] = _until_closed(conn)
+                elif time.monotonic() >= next_byte:
+                    try:
+                        conn.sendall(b" ")
+                    except OSError:
+                        pass            # refused and closed since it was looked at: read next turn
+            if time.monotonic() >= next_byte:
+                next_byte = time.monotonic() + 1.0
+            time.sleep(0.1)       # the legitimate client's pace, not a wait for anything
+        assert statuses[200] >= 0.95 * sum(statuses.values()), statuses
+        assert len(replies) == len(slow), f"{len(slow) - len(replies)} trickling bodies kept past the grace"
+        for reply in replies.values():
+            assert _status_line(reply) == 408 and b"x-jevany-daemon-error: timeout" in reply.lower(), reply[:300]
+            assert b"connection: close" in reply.lower()
+    finally:
+        for conn in slow:
+            conn.close()
+
+
+def test_one_client_holds_at_most_its_share_of_the_bodies_and_others_are_still_served(daemon):
+    # One client sends bodies of nearly the cap and holds back their last byte. It may hold
+    # CLIENT_SHARE_MESSAGES such bodies; the next is refused as it passes that share, and other clients
+    # are served meanwhile, a body of half the cap included. (With bodies counted as declared and no share,
+    # one client held all five, and with three more connections, all of the budget.) Each names another
+    # address in X-Forwarded-For, which uvicorn believes from 127.0.0.1: here it names nobody.
+    hogs = [_connect(daemon.port) for _ in range(CLIENT_SHARE_MESSAGES + 1)]
+    try:
+        for i, conn in enumerate(hogs):
+            conn.sendall(_head(MAX, b"X-Forwarded-For: 10.9.9.%d\r\n" % i) + b" " * (MAX - 1))
+        refused = wait_for(lambda: [c for c in hogs if _readable(c)], 30, "a body past its client's share refused")
+        assert len(refused) == 1
+        reply = _until_closed(refused[0])
+        assert _status_line(reply) == 429 and b"retry-after: 1" in reply.lower(), reply[:300]
+        assert _status_line(_post(daemon.port, TEXT + b" " * (MAX // 2), "127.0.0.3")) == 200
+        assert not any(_readable(c) for c in hogs if c is not refused[0])     # the share's four still held
+    finally:
+        for conn in hogs:
+            conn.close()
+    # Gone, the bodies it held are let go: the same client is served again.
+    wait_for(lambda: _status_line(_post(daemon.port, TEXT + b" " * (MAX // 2))) == 200, 10,
+             "the client's share given back")
 
 
 # --- the gateway's reader of the daemon's replies ------------------------------------------------------------

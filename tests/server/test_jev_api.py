@@ -335,7 +335,7 @@ def test_compressed_bodies_count_in_the_gateway_budget_as_decoded():
         guard = RequestGuard(app, token=None, max_body_bytes=4096)
         packed = gzip.compress(json.dumps(BODY).encode())
 
-        async def call(path, headers, body):
+        async def call(path, headers, body, client):
             sent, messages = [], iter([{"type": "http.request", "body": body, "more_body": False}])
 
             async def receive():
@@ -344,14 +344,17 @@ def test_compressed_bodies_count_in_the_gateway_budget_as_decoded():
             async def send(message):
                 sent.append(message)
 
-            scope = {"type": "http", "method": "POST", "path": path, "root_path": "", "headers": headers}
+            # each call its own client, so no client's share of the budget is met: the budget is the test
+            scope = {"type": "http", "method": "POST", "path": path, "root_path": "", "headers": headers,
+                     "client": (client, 50000)}
             await guard(scope, receive, send)
             return sent[0]["status"]
 
         encoded = [(b"content-type", b"application/json"), (b"content-encoding", b"gzip"),
                    (b"content-length", str(len(packed)).encode())]
-        calls = [asyncio.ensure_future(call("/v1/systemone", encoded, packed)) for _ in range(12)]
-        bulks = [asyncio.ensure_future(call("/v1/systemone/bulk", [], b"")) for _ in range(BODY_BUDGET_MESSAGES)]
+        calls = [asyncio.ensure_future(call("/v1/systemone", encoded, packed, f"10.0.0.{i}")) for i in range(12)]
+        bulks = [asyncio.ensure_future(call("/v1/systemone/bulk", [], b"", f"10.0.1.{i}"))
+                 for i in range(BODY_BUDGET_MESSAGES)]
         while len(inside) + sum(c.done() for c in calls + bulks) < len(calls) + len(bulks):
             await asyncio.sleep(0.01)     # until every call has been let in or refused (bounded below)
         refused = [c.result() for c in bulks if c.done()]
