@@ -27,7 +27,7 @@ from jevany_daemon.server.logs import FloodFilter, configure_logging, event
 from jevany_daemon.server.tenants import http_tenant
 
 from .app import Gateway, create_app
-from .connections import GuardedHttp
+from .connections import BUFFER_BUDGET_MESSAGES, Buffers, GuardedHttp
 from .upstream import Upstream
 
 log = logging.getLogger("jevany.gateway")
@@ -84,10 +84,12 @@ def main(argv=None) -> int:
     config = uvicorn.Config(app, http=GuardedHttp, log_level="warning", access_log=False, server_header=False,
                             timeout_graceful_shutdown=GRACEFUL_STOP_S, timeout_keep_alive=KEEP_ALIVE_S,
                             lifespan="on", backlog=2048, proxy_headers=False)
+    GuardedHttp.buffers = Buffers(settings["max_message_bytes"] * BUFFER_BUDGET_MESSAGES)
     floods = FloodFilter(LOG_FLOOD_PERIOD_S)
     for name in ("uvicorn.error", "uvicorn.access", "uvicorn"):
         logging.getLogger(name).addFilter(floods)     # after Config, which sets uvicorn's loggers up
-    event(log, "gateway_start", pid=os.getpid(), http=settings["http"], max_connections=GuardedHttp.limit)
+    event(log, "gateway_start", pid=os.getpid(), http=settings["http"], max_connections=GuardedHttp.limit,
+          buffer_budget_bytes=GuardedHttp.buffers.budget)
     _Server(config, args.parent, floods).run(sockets=[listener])
     return 0
 

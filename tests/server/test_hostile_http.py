@@ -1,11 +1,13 @@
-"""Hostile HTTP clients against one daemon's gateway: bodies that trickle or hog, and the gateway's reader of
-the daemon's replies while its loop is busy.
+"""Hostile HTTP clients against one daemon's gateway: bodies that trickle or hog, answers nobody reads, and
+the gateway's reader of the daemon's replies while its loop is busy.
 
-The daemon runs with --max-message-bytes 1 MiB, so its gateway's bounds are small: 8 MiB of bodies, 4 MiB
-of them for one client. Clients bound to other loopback addresses (127.0.0.2, ...) stand for other hosts.
+The daemon runs with --max-message-bytes 1 MiB, so its gateway's bounds are small: 8 MiB of bodies (4 MiB
+of them for one client) and 8 MiB of connection buffers. Clients bound to other loopback addresses
+(127.0.0.2, ...) stand for other hosts.
 """
 import asyncio
 import json
+import os
 import select
 import socket
 import time
@@ -16,10 +18,11 @@ import pytest
 import zmq
 
 from jevany_client.errors import OverloadedError
+from jevany_daemon.gateway.connections import BUFFER_LOW_WATER, Buffers
 from jevany_daemon.gateway.guard import BODY_BUDGET_MESSAGES, BODY_GRACE_S, CLIENT_SHARE_MESSAGES
 from jevany_daemon.gateway.upstream import Upstream
 
-from .daemons import wait_for
+from .daemons import rss_kb, wait_for
 from .http_proc import free_port
 from .shared_daemons import running_daemon
 from .test_hostile_clients import _read_reply, _status_line
@@ -145,6 +148,116 @@ def test_one_client_holds_at_most_its_share_of_the_bodies_and_others_are_still_s
     # Gone, the bodies it held are let go: the same client is served again.
     wait_for(lambda: _status_line(_post(daemon.port, TEXT + b" " * (MAX // 2))) == 200, 10,
              "the client's share given back")
+
+
+# --- what connections buffer: one bound across them all ----------------------------------------------------
+
+
+def _echoed(size: int) -> bytes:
+    """A body of about size bytes that /v1/systemone refuses with a 422 echoing it about three times over
+    (each question of an unknown type is reported once for each type it might have been)."""
+    return json.dumps({"state": "x", "questions": {str(i): {"type": "nope", "x": "a" * 100}
+                                                   for i in range(size // 130)}}).encode()
+
+
+def _reset(conn) -> bool:
+    """Whether the gateway reset conn (TCP_INFO's state, read without taking any of what waits unread)."""
+    return conn.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 1)[0] == TCP_CLOSE
+
+
+TCP_CLOSE = 7
+
+
+def test_pipelined_answers_nobody_reads_are_bounded_across_connections_and_let_go(daemon):
+    # Connections pipeline two bodies whose 422s echo them three times over, and read nothing. Each next
+    # request was answered as soon as the one before was written, sent or not, and waited to write,
+    # holding the route's memory: 12 MB a connection, without bound (200 MB for these 16). Now the next
+    # request waits for the client to read, and past the bound the connections whose clients stopped
+    # reading are reset, those holding the most first: the gateway holds the bound and what it answered
+    # within DRAIN_GRACE_S. Twice over: what the first round held is let go when it closes, and the
+    # second holds no more.
+    before = rss_kb(daemon.gateway), _descriptors(daemon.gateway)
+    for _ in range(2):
+        peak = _pipelined_and_unread(daemon, before[0], connections=10)
+        # The bound (8 MiB), what 2 s of answers hold (some 20 MB) and what answering such a body costs
+        # the interpreter (some 14 MB while it is answered): some 60 MB, whatever the number of connections.
+        assert peak < 96 << 10, f"the gateway grew {peak} kB"
+        wait_for(lambda: _descriptors(daemon.gateway) <= before[1], 20, "the connections let go")
+
+
+def _pipelined_and_unread(daemon, before_kb: int, connections: int) -> int:
+    """Run the attack on the daemon's gateway; how much it grew, at most, in kB."""
+    body = _echoed(MAX - (64 << 10))
+    conns, peak = [], 0
+    try:
+        for i in range(connections):
+            # each its own client (no client's share of bodies is met), one body at a time in the guard
+            # (nor is the budget); the next comes once this one's answer does
+            conn = _connect(daemon.port, f"127.0.0.{10 + i}", rcvbuf=4096)
+            conns.append(conn)
+            conn.setblocking(False)
+            unsent = memoryview((_head(len(body)) + body) * 2)
+
+            def answered() -> bool:
+                nonlocal unsent, peak
+                try:
+                    unsent = unsent[conn.send(unsent):] if unsent else unsent
+                except BlockingIOError:
+                    pass
+                peak = max(peak, rss_kb(daemon.gateway) - before_kb)
+                return _readable(conn)
+
+            wait_for(answered, 30, "the first request's answer")
+
+        def reset() -> bool:
+            nonlocal peak
+            peak = max(peak, rss_kb(daemon.gateway) - before_kb)
+            return sum(map(_reset, conns)) >= len(conns) - 2        # two answers fit in three quarters of it
+
+        wait_for(reset, 30, "the connections whose clients stopped reading reset")
+        return peak
+    finally:
+        for conn in conns:
+            conn.close()
+
+
+def _descriptors(pid: int) -> int:
+    return len(os.listdir(f"/proc/{pid}/fd"))
+
+
+def test_past_the_bound_clients_that_stopped_reading_are_reset_the_largest_first():
+    class Connection:
+        def __init__(self, holds, reading=False):
+            self.holds, self.reading, self.dropped = holds, reading, False
+
+        def held(self):
+            return 0 if self.dropped else self.holds
+
+        def reading_until(self, now):
+            return now + 2 if self.reading else now
+
+        def drop(self):
+            self.dropped = True
+
+    async def scenario():
+        connections = [Connection(10), Connection(40), Connection(5), Connection(30), Connection(50, reading=True)]
+        buffers = Buffers(budget=100)
+        buffers.grew(90, connections)            # under the budget as counted from above: nothing counted
+        assert not any(c.dropped for c in connections)
+        buffers.grew(20, connections)            # over it: counted (135), and reset until 75 is held
+        assert [c.holds for c in connections if c.dropped] == [40, 30]     # the reader's 50 kept
+        assert buffers.counted == 65 <= 100 * BUFFER_LOW_WATER and buffers.since == 0 and buffers.again is None
+        # Past it with readers alone: none reset, and counted again once one could have stopped, not on
+        # each byte meanwhile.
+        readers = [Connection(80, reading=True), Connection(70, reading=True)]
+        buffers = Buffers(budget=100)
+        buffers.grew(101, readers)
+        assert not any(c.dropped for c in readers) and buffers.again is not None and buffers.counted == 150
+        buffers.grew(1000, readers)
+        assert buffers.since == 1000            # not counted meanwhile
+        buffers.again.cancel()
+
+    asyncio.run(scenario())
 
 
 # --- the gateway's reader of the daemon's replies ------------------------------------------------------------
