@@ -29,26 +29,13 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import Daemon, machine, write_result   # noqa: E402
+from harness import Daemon, free_port, machine, rss_kb, write_result   # noqa: E402
 
 from jevany_client import AsyncJevClient   # noqa: E402
 from jevany_daemon import workloads   # noqa: E402
 from jevany_daemon.model.tiny import build_tiny_model   # noqa: E402
 
 SAMPLE_EVERY = 500
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rss_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    raise RuntimeError(f"no RSS for {pid}")
 
 
 def bulk(port: int, bodies: list, in_flight: int, gateway: int) -> dict:

@@ -32,24 +32,16 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from jevany_client import JevClient
-from jevany_daemon.model.tiny import build_tiny_model
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from harness import free_port, rss_kb   # noqa: E402
+
+from jevany_client import JevClient   # noqa: E402
+from jevany_daemon.model.tiny import build_tiny_model   # noqa: E402
 
 AUTH = {"header": b""}      # an Authorization header, when the daemon is given a token
 TEXT = json.dumps({"state": {"ticket": "parcel lost"}, "questions": {"u": {"type": "noul"}}}).encode()
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rss_kb(pid: int) -> int:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
 
 
 class Daemon:

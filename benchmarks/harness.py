@@ -40,6 +40,21 @@ def median(values: list) -> float:
 
 # --- the result -------------------------------------------------------------
 
+def free_port() -> int:
+    """A loopback TCP port free now (for a daemon's HTTP gateway)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_kb(pid: int) -> int:
+    """A process's resident memory, in kB (its /proc status)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    raise RuntimeError(f"no RSS for {pid}")
+
+
 def machine(**extra) -> dict:
     """The machine a result was measured on: its cores, platform, Python and load average (timings need a
     quiet machine; this says how quiet it was), then what a benchmark adds."""

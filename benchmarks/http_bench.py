@@ -26,17 +26,11 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import ClientPool, Daemon, machine, median, percentile, write_result   # noqa: E402
+from harness import ClientPool, Daemon, free_port, machine, median, percentile, write_result   # noqa: E402
 
 from jevany_client import JevClient   # noqa: E402
 from jevany_daemon import workloads   # noqa: E402
 from jevany_daemon.model.tiny import build_tiny_model   # noqa: E402
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def rounds(pool, daemon, http, bodies, concurrency, n_rounds) -> dict:

@@ -17,7 +17,6 @@ import argparse
 import http.client
 import json
 import random
-import socket
 import sys
 import tempfile
 import time
@@ -26,7 +25,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from harness import Daemon, machine, write_result   # noqa: E402
+from harness import Daemon, free_port, machine, write_result   # noqa: E402
 
 from jevany_client import JevClient   # noqa: E402
 from jevany_daemon.model.tiny import build_tiny_model   # noqa: E402
@@ -38,12 +37,6 @@ def record(code: str) -> dict:
     # past the default prefix_min_tokens (384); the codes differ only at the end
     return {"state": " ".join(["patient", "history", "unremarkable"] * 150) + f" Diagnosis code: {code}",
             "questions": {"u": {"type": "noul"}}}
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 class Attacker:
