@@ -1,34 +1,32 @@
 """Messages between the supervisor and its workers (msgpack lists, over an ipc ROUTER/DEALER pair).
 
 worker → supervisor:  [HELLO, {"pid", "model", "load_s"}]  loaded, ready for work
-                      [EARLY, [[tag, ok, payload]...], stats, batches, seq]
+                      [EARLY, [Answer...], stats, batches, seq]
                                                           answers from one pass; the worker still holds
                                                           more (queued, or a pass on the device)
-                      [RESULTS, [[tag, ok, payload]...], stats, batches, seq]
+                      [RESULTS, [Answer...], stats, batches, seq]
                                                           answers, and nothing more held: idle once seq is
                                                           the last hand-over sent (a later one may still be
-                                                          on its way). batches: [[size, padded_tokens,
-                                                          real_tokens, latency_ms, ok, origins]...], the
-                                                          passes since the last message; origins: the
-                                                          transports its requests came by; seq: the last
-                                                          hand-over the worker had read
+                                                          on its way). batches: [PassRecord...], the passes
+                                                          since the last message; seq: the last hand-over
+                                                          the worker had read
                       [FAILED, message]                   could not load the model
                       [CLEARED, entries, prefix_cache]    emptied its prefix cache, which held that many;
                                                           its statistics now
 heartbeat socket   →  [HEARTBEAT]                         alive; sent every interval by a thread, from the
                                                           worker's identity + "/hb", while it scores too
-supervisor → worker:  [BATCH, [[tag, payload, transport, media, left, tenant, sent_at]...], seq]
-                                                          a hand-over, numbered from 1: requests as received
-                                                          (transport: zmq or http; media: the checked files
-                                                          [[type, path, [size, sha256]]...], or null; left:
-                                                          seconds to its deadline, or null; tenant: the
-                                                          prefix-cache salt, or null; sent_at: the host's
-                                                          time.monotonic() when sent, from which left counts).
-                                                          Sent to a free worker, or to a busy one as its next
-                                                          pass's worth
+supervisor → worker:  [BATCH, [HandedOver...], seq]    a hand-over, numbered from 1: requests as received,
+                                                          each with what the worker needs of it (the fields
+                                                          below). Sent to a free worker, or to a busy one as
+                                                          its next pass's worth
                       [STOP]                              finish what is held and exit
                       [CLEAR]                             empty the prefix cache (after any pass in hand)
+
+Each record inside a message is a NamedTuple below, written by one end and
+read by the other under the same names; msgpack carries it as a list.
 """
+from typing import Any, NamedTuple
+
 import msgpack
 
 HELLO, EARLY, RESULTS, FAILED, HEARTBEAT, BATCH, STOP, CLEAR, CLEARED = (
@@ -46,6 +44,42 @@ EXIT_SETTINGS = 5
 
 HEARTBEAT_MAX_INTERVAL_S = 1.0
 HEARTBEAT_SUFFIX = b"/hb"     # the heartbeat socket's identity: the worker's plus this
+
+
+class HandedOver(NamedTuple):
+    """One request of a BATCH hand-over: the supervisor writes it, the worker reads it (HandedOver.read)."""
+    tag: int
+    payload: bytes
+    transport: str | None = None
+    media: list | None = None        # the checked files, [[type, path, [size, sha256]]...]
+    left: float | None = None        # seconds to its deadline as it was sent
+    tenant: str | None = None        # the prefix-cache salt
+    sent_at: float | None = None     # the host's time.monotonic() as it was sent, from which left counts
+
+    @classmethod
+    def read(cls, item: list) -> "HandedOver":
+        return cls(*item)            # fields a sender left off the end read as None
+
+
+class PassRecord(NamedTuple):
+    """One pass a worker ran, sent with its answers (EARLY, RESULTS) for the supervisor's statistics."""
+    size: int
+    padded_tokens: int
+    real_tokens: int
+    latency_ms: float
+    ok: bool = False
+    origins: list | tuple = ()       # the transports its requests came by
+
+    @classmethod
+    def read(cls, record: list) -> "PassRecord":
+        return cls(*record)
+
+
+class Answer(NamedTuple):
+    """One request's outcome in EARLY and RESULTS: its tag, and its result or its error's wire form."""
+    tag: int
+    ok: bool
+    payload: Any
 
 
 def heartbeat_interval(heartbeat_timeout: float) -> float:

@@ -42,6 +42,8 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
+from .channel import PassRecord
+
 MAX_WAIT_S = 0.025      # the longest a free worker waits for answered clients to come back
 FIXED_SHARE = 1.0       # of a pass's fixed cost, what one wait may spend to save it
 SMOOTHING = 0.2         # weight of the newest sample in the running averages of pass costs
@@ -115,10 +117,10 @@ class Gather:
             self._answered[client] = (count - 1, at)
 
     def passes(self, records: list) -> None:
-        """Workers' pass records: [size, padded, real, latency_ms, ok, ...]."""
-        for record in records:
-            if len(record) > 4 and record[4]:
-                self.cost.record(int(record[0]), float(record[3]) / 1000)
+        """Workers' passes (channel.PassRecord): what each cost, for those that ran whole."""
+        for record in map(PassRecord.read, records):
+            if record.ok:
+                self.cost.record(int(record.size), float(record.latency_ms) / 1000)
 
     @property
     def return_s(self) -> float | None:

@@ -6,6 +6,7 @@ from the workers' results messages, so scoring is measured where it happens.
 """
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
+from .channel import PassRecord
 from .metrics_http import MetricsServer
 
 _SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)
@@ -77,15 +78,15 @@ class Metrics:
         self.requests.labels(op or "unreadable", code or "ok", transport).inc()
 
     def batches(self, records: list) -> None:
-        """records: [[size, padded_tokens, real_tokens, latency_ms, ok, origins]...] from a worker's results."""
-        for size, padded, real, latency_ms, _ok, *origins in records:
-            if origins and len(origins[0]) > 1:
+        """records: a worker's passes (channel.PassRecord), sent with its results."""
+        for record in map(PassRecord.read, records):
+            if len(record.origins) > 1:
                 self.mixed_batches.inc()
-            self.batch_size.observe(size)
-            self.padded_tokens.observe(padded)
-            self.tokens.labels("padded").inc(padded)
-            self.tokens.labels("real").inc(real)
-            self.scoring.observe(latency_ms / 1000)
+            self.batch_size.observe(record.size)
+            self.padded_tokens.observe(record.padded_tokens)
+            self.tokens.labels("padded").inc(record.padded_tokens)
+            self.tokens.labels("real").inc(record.real_tokens)
+            self.scoring.observe(record.latency_ms / 1000)
 
     def gauges(self, queue_depth: int, queue_max: int, inflight: int, worker_states: list[str], ready: bool):
         self.queue_depth.set(queue_depth)

@@ -90,13 +90,13 @@ class WorkerEvents:
         worker.take_stats(stats)
         sup.metrics.batches(batches)
         sup.gather.passes(batches)
-        sup.counters.mixed_batches += sum(1 for b in batches if len(b) > 5 and len(b[5]) > 1)
-        for tag, ok, payload in results:
-            entry = worker.inflight.pop(tag, None)
+        sup.counters.mixed_batches += sum(1 for b in map(channel.PassRecord.read, batches) if len(b.origins) > 1)
+        for answer in map(channel.Answer._make, results):
+            entry = worker.inflight.pop(answer.tag, None)
             if entry is None:
                 continue
             worker.requests += 1
-            self.note((entry, ok, payload if ok else error_from_wire(payload)))
+            self.note((entry, answer.ok, answer.payload if answer.ok else error_from_wire(answer.payload)))
 
     def on_exit(self, worker: WorkerHandle) -> None:
         sup = self.sup

@@ -26,6 +26,7 @@ import logging
 import os
 import time
 from collections import deque
+from dataclasses import dataclass
 
 import zmq
 
@@ -49,10 +50,8 @@ class WorkerLoop:
         self.sock, self.engine, self.batches, self.parent = sock, engine, batches, parent
         self.received: list = []        # hand-over items not admitted yet
         self.queue: deque = deque()     # admitted, as Pending (item: Admitted), waiting for a pass
-        self.tags: dict[int, object] = {}   # id(Admitted) -> the supervisor's tag
-        self.deadlines: dict[int, float] = {}   # id(Admitted) -> monotonic time it must not be scored after
-        self.copies: dict[int, PrivateCopies] = {}   # id(Admitted) -> its media's private copies, until answered
-        self.ready: list = []           # [tag, ok, result or error] to send with the next answer
+        self.held: dict[int, Held] = {}     # id(Admitted) -> what the worker keeps of it until it is answered
+        self.ready: list = []           # channel.Answer for each request answered since the last message
         self.launched = None            # the pass on the device
         self.seq = 0                    # the last hand-over read
         self.stopping = False
@@ -110,37 +109,30 @@ class WorkerLoop:
         if not self.received:
             return
         items, self.received = self.received, []
-        bodies, tags, origins, tenants, deadlines, copies = [], [], [], [], [], []
+        bodies, origins, tenants, held = [], [], [], []
         now = time.monotonic()
-        for tag, payload, *extra in items:
-            origin, media, left, tenant, sent_at = (extra + [None] * 5)[:5]
+        for item in map(channel.HandedOver.read, items):
             mine = PrivateCopies()     # checked media, decoded from here rather than from their paths
             try:
-                bodies.append(_body(payload, media, mine))
+                bodies.append(_body(item.payload, item.media, mine))
             except Exception as exc:   # noqa: BLE001 - becomes this request's typed or internal error
                 mine.close()
                 if not isinstance(exc, JevanyError):
                     exc = InternalError(f"admission failed: {type(exc).__name__}: {exc}")
-                self.ready.append(_wire(tag, exc))
+                self.ready.append(_wire(item.tag, exc))
                 continue
-            tags.append(tag)
-            origins.append(origin)
-            tenants.append(tenant)
+            origins.append(item.transport)
+            tenants.append(item.tenant)
             # From when the supervisor sent it (one host, one monotonic clock): a hand-over can sit
             # unread while a pass is dispatched or answered, and that time is the request's too.
-            deadlines.append(None if left is None else (now if sent_at is None else float(sent_at)) + float(left))
-            copies.append(mine)
-        admitted_all = self.engine.admit_many(bodies, origins, tenants)
-        for tag, deadline, mine, admitted in zip(tags, deadlines, copies, admitted_all):
+            sent = now if item.sent_at is None else float(item.sent_at)
+            held.append(Held(item.tag, None if item.left is None else sent + float(item.left), mine))
+        for record, admitted in zip(held, self.engine.admit_many(bodies, origins, tenants)):
             if isinstance(admitted, JevanyError):
-                mine.close()
-                self.ready.append(_wire(tag, admitted))
+                record.copies.close()
+                self.ready.append(_wire(record.tag, admitted))
             else:
-                self.tags[id(admitted)] = tag
-                if deadline is not None:
-                    self.deadlines[id(admitted)] = deadline
-                if mine.fds:
-                    self.copies[id(admitted)] = mine
+                self.held[id(admitted)] = record
                 self.queue.append(self.engine.pending(admitted))
 
     def launch(self) -> None:
@@ -149,7 +141,7 @@ class WorkerLoop:
         if self.launched is None and self.queue:
             batch = [p.item for p in self.engine.take(self.queue)]
             for admitted in batch:
-                self.deadlines.pop(id(admitted), None)
+                self.held[id(admitted)].deadline = None     # its pass has begun: it is scored now
             self.launched = self.engine.launch(batch)
 
     def expire(self) -> None:
@@ -159,16 +151,14 @@ class WorkerLoop:
         overlaps its device takes the next pass's worth early, so it keeps them
         for what it holds until that pass begins.
         """
-        if not self.deadlines:
+        now = time.monotonic()
+        if not any(self.held[id(p.item)].past(now) for p in self.queue):
             return
-        now, kept = time.monotonic(), deque()
+        kept = deque()
         for pending in self.queue:
-            key = id(pending.item)
-            if self.deadlines.get(key, now + 1) <= now:
-                del self.deadlines[key]
-                self._release(key)
+            if self.held[id(pending.item)].past(now):
                 error = DeadlineExceededError("timeout_ms passed before scoring began")
-                self.ready.append(_wire(self.tags.pop(key), error))
+                self.ready.append(self._answered(pending.item, error))
             else:
                 kept.append(pending)
         self.queue = kept
@@ -198,20 +188,21 @@ class WorkerLoop:
             self.launch()         # the device starts the next pass while this one is answered
         outcomes = self.engine.passes.finish(launched)
         for admitted, outcome in zip(launched.batch, outcomes):
-            self._release(id(admitted))
-            self.ready.append(_wire(self.tags.pop(id(admitted)), outcome))
+            self.ready.append(self._answered(admitted, outcome))
         self.answer()
 
-    def _release(self, key: int) -> None:
-        copies = self.copies.pop(key, None)
-        if copies is not None:
-            copies.close()
+    def _answered(self, admitted, outcome) -> channel.Answer:
+        """The request's answer; the worker keeps nothing of it from now on (its media copies closed)."""
+        record = self.held.pop(id(admitted))
+        record.copies.close()
+        return _wire(record.tag, outcome)
 
     def answer(self) -> None:
         """The replies ready, with the statistics and the passes run since the last message."""
         answers, self.ready = self.ready, []
         kind = channel.EARLY if self.busy else channel.RESULTS
-        records = [[r.size, r.padded_tokens, r.real_tokens, r.latency_ms, r.ok, list(r.origins)] for r in self.batches]
+        records = [channel.PassRecord(r.size, r.padded_tokens, r.real_tokens, r.latency_ms, r.ok, list(r.origins))
+                   for r in self.batches]
         self.batches.clear()
         stats = self.engine.stats.as_dict() | {"device_info": device_info(self.engine),
                                                "prefix_cache": self.engine.prefix_cache_stats(),
@@ -231,10 +222,21 @@ def _body(payload: bytes, media, copies: PrivateCopies) -> dict:
     return body
 
 
-def _wire(tag, outcome) -> list:
+@dataclass
+class Held:
+    """What the worker keeps of a request it admitted, until it is answered."""
+    tag: int                      # the supervisor's, for the answer
+    deadline: float | None        # host monotonic time it must not be scored after; None once its pass began
+    copies: PrivateCopies         # its media's private copies (none without media)
+
+    def past(self, now: float) -> bool:
+        return self.deadline is not None and self.deadline <= now
+
+
+def _wire(tag, outcome) -> channel.Answer:
     if isinstance(outcome, JevanyError):
-        return [tag, False, outcome.to_wire()]
-    return [tag, True, outcome]
+        return channel.Answer(tag, False, outcome.to_wire())
+    return channel.Answer(tag, True, outcome)
 
 
 def device_info(engine) -> dict:

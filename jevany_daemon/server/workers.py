@@ -77,8 +77,8 @@ class WorkerHandle:
         # tests), and when it was sent by the host's monotonic clock, which the worker shares: the
         # worker drops what expired before its pass began, counting the time a hand-over sat unread.
         sent_at = time.monotonic()
-        items = [[e.tag, e.payload, e.transport, e.media, None if e.deadline is None else e.deadline - now,
-                  e.tenant, sent_at]
+        items = [channel.HandedOver(e.tag, e.payload, e.transport, e.media,
+                                    None if e.deadline is None else e.deadline - now, e.tenant, sent_at)
                  for e in entries]
         backend.send_multipart([self.identity, channel.encode(channel.BATCH, items, self.handed)])
 
