@@ -390,7 +390,7 @@ def parse_args(argv=None):
                    help="give up after S seconds, stopping every daemon and writing what was measured "
                         "(exit 3); 0: no limit [default: 570, inside a 10-minute job]")
     p.add_argument("--phases", nargs="+", choices=PHASES, default=list(PHASES), metavar="PHASE",
-                   help=f"run only these phases, of {', '.join(PHASES)} (a short device lease can "
+                   help=f"run only these phases, of {', '.join(PHASES)} (a short time on a device can "
                         "finish what a cut run left) [default: all]")
     p.add_argument("--dtypes", nargs="+", choices=DTYPES, default=list(DTYPES), metavar="DTYPE",
                    help=f"the dtypes every phase runs, of {', '.join(DTYPES)} [default: both]")
