@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 # The screens of each command: its own, and each subcommand's.
 SCREENS = {
     "jevany-daemon": [[], ["serve"], ["tiny-model"], ["keygen"]],
-    "jevany-client": [[], ["decide"], ["eval"], ["eval-merge"]],
+    "jevany-client": [[], ["decide"]],
     "jevany-ctl": [[], ["status"], ["ping"], ["models"], ["clear-cache"], ["drain"], ["reload"]],
     "jevany-eval": [[], ["merge"]],
 }
@@ -26,7 +26,6 @@ SCREENS = {
 VARIABLES = {
     ("jevany-daemon", "serve"): ["JEVANY_MAX_BATCH_SIZE", "JEVANY_MODEL", "JEVANY_MEDIA_ROOT"],
     ("jevany-client", "decide"): ["JEVANY_ENDPOINT"],
-    ("jevany-client", "eval"): ["JEVANY_ENDPOINT"],
     ("jevany-eval", ""): ["JEVANY_ENDPOINT"],
     **{("jevany-ctl", op): ["JEVANY_ENDPOINT"] for op in ("status", "ping", "models")},
     **{("jevany-ctl", op): ["JEVANY_CONTROL_ENDPOINT"] for op in ("clear-cache", "drain", "reload")},

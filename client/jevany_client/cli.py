@@ -222,11 +222,22 @@ def _check_routing(routing: str) -> None:
         raise _fail(2, f"error: --routing must be one of {', '.join(ROUTINGS)}, got {routing!r}")
 
 
-client_app.command("eval")(eval_suite)
-client_app.command("eval-merge")(eval_merge)
 eval_app.command()(eval_suite)
 merge_app = _plain_app("jevany-eval merge")
 merge_app.command()(eval_merge)
+
+
+def _moved(name: str, door: str) -> None:
+    # One door for each command: a name that used to work says where the command lives, in one line.
+    def moved() -> None:
+        raise _fail(2, f"error: `jevany-client {name}` is `{door}`: run `{door} --help`")
+
+    client_app.command(name, hidden=True, context_settings={"ignore_unknown_options": True,
+                                                           "allow_extra_args": True})(moved)
+
+
+_moved("eval", "jevany-eval")
+_moved("eval-merge", "jevany-eval merge")
 
 
 def eval_main() -> None:

@@ -113,7 +113,7 @@ def test_the_command_refuses_what_it_cannot_run_with_exit_2(tmp_path, monkeypatc
     write(tmp_path / "suite.jsonl", LINES)
     write(tmp_path / "bad.jsonl", [LINES[0], {**LINES[1], "labels": {"u": "yes"}}])
     args = [a.format(tmp=tmp_path) for a in args]
-    result = CliRunner().invoke(client_app, ["eval", *args])
+    result = CliRunner().invoke(eval_app, args)
     assert result.exit_code == 2, result.output
     assert re.match(message.format(tmp=tmp_path), result.stderr), result.stderr
 
@@ -126,3 +126,12 @@ def test_asking_for_a_plot_without_matplotlib_is_refused_before_anything_runs(tm
     assert result.exit_code == 2
     assert "--plot needs matplotlib" in result.stderr and "jevany-client[plot]" in result.stderr
     assert not (tmp_path / "suite.results.jsonl").exists()
+
+
+@pytest.mark.parametrize("name, door", [("eval", "jevany-eval"), ("eval-merge", "jevany-eval merge")])
+def test_the_client_command_names_the_one_door_for_evaluating_and_runs_nothing(tmp_path, name, door):
+    suite = write(tmp_path / "suite.jsonl", LINES)
+    result = CliRunner().invoke(client_app, [name, suite, "--endpoint", f"ipc://{tmp_path}/nobody.sock"])
+    assert result.exit_code == 2
+    assert result.stderr.strip() == f"error: `jevany-client {name}` is `{door}`: run `{door} --help`"
+    assert name not in CliRunner().invoke(client_app, ["--help"]).output
