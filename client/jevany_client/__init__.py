@@ -1,4 +1,27 @@
-"""jevany-client: the wire protocol, request schema and client for jevany-daemon. No torch."""
+"""jevany-client: the wire protocol, request schema and client for jevany-daemon. No torch.
+
+protocol.py      version 1 of the wire envelope: strict decoding, replies, packing
+_values.py       one walk over decoded msgpack values: types, keys, finiteness, depth
+schema.py        the decide body: JevAny's field rules, checked without recursion
+errors.py        typed errors that cross the wire as codes and come back as the same classes
+bodies.py        decide bodies from typed questions and media, or from maps
+questions.py     Choice, Noul, Score, Image, Video: builders instead of wire maps
+render.py        JevAny's text rendering of request values, byte for byte
+answers.py       probabilities to JevAny's answer shapes, and its self-check of an answer
+endpoints.py     where the daemon listens by default (shared with the daemon)
+ipc_trust.py     whether an ipc socket's path can be trusted
+keys.py          the CurveZMQ keys a client connects with
+calls.py         what both clients share: options, request ids, the socket, one call's tries
+client.py        JevClient: one DEALER per daemon, pipelined requests, replies matched by id
+async_client.py  AsyncJevClient: many calls in flight over one DEALER per daemon
+awaited.py       what AsyncJevClient's calls wait on
+fleet.py         the daemons a client routes over, one Peer each
+routing.py       which daemon gets a request: the policies, without sockets
+discovery.py     dns+tcp:// endpoints, resolved again every few seconds
+streaming.py     many requests, a bounded number in flight, each outcome handed on when in
+status_page.py   jevany-ctl's status and models pages
+cli.py           the jevany-client, jevany-ctl and jevany-eval command lines
+"""
 
 from .errors import (
     ERROR_CLASSES,

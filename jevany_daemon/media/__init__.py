@@ -6,6 +6,8 @@
     files.py    reading a file once, safely (no FIFO, no symlink, the file at the path checked), and
                 its digest
     frames.py   a video's frames as its header declared them, or an error
+    checker.py  the media checker process: the policy applied to one request at a time, for the
+                supervisor
 
 The other half, turning checked files into model inputs, is the model's
 processor (jevany_daemon/model/). Neither runs on the supervisor's loop.
