@@ -1,19 +1,20 @@
 """The rules a daemon's settings must meet, checked before any worker starts loading weights.
 
 resolve (settings.py) merges the sources, then calls validate; an error names
-the setting, and resolve adds where its value came from. No torch.
+the setting, and resolve adds where its value came from. Each setting's own
+rule (a range, a list of choices) is declared on its field and checked first;
+here are the rules that take more than one value, the host or the filesystem.
+No torch.
 """
 from __future__ import annotations
 
 import ipaddress
-import math
 import re
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from jevany_daemon.config import DEVICE_MAPS
-from jevany_daemon.gateway.dialects import DIALECTS
+from jevany_daemon.declaration import check
 from jevany_daemon.model.sources import local_problem
 
 from . import devices as device_names
@@ -24,7 +25,6 @@ if TYPE_CHECKING:
 
 READOUTS = ("choice", "pointer", "lm_token", "native")     # native: a checkpoint's own (JevAny's name)
 DTYPES = ("fp32", "bf16", "fp16")
-MEDIA_CAPS = ("media_max_bytes", "media_total_bytes", "media_max_pixels", "media_max_video_frames")
 _DEVICE = re.compile(r"cpu|cuda(:\d+)?")
 _ENDPOINT = re.compile(r"(ipc://.+|tcp://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.*-]+):\d{1,5})")
 _TCP_HOST = re.compile(r"tcp://\[?([^\]]*?)\]?:\d+")
@@ -35,43 +35,25 @@ class SettingsError(ValueError):
 
 
 def validate(s: ServeSettings, cuda_count: Callable[[], int] = device_names.visible_cuda_count) -> None:
+    check(s, SettingsError)     # each setting's declared rule; the engine and load options checked theirs
     _validate_model(s)
     _validate_device_map(s)
     _validate_pool(s)
     _validate_devices_exist(s, cuda_count)
     _validate_plan(s)
-    for name in ("max_queue", "max_message_bytes"):
-        _positive_int(name, getattr(s, name))
     _validate_endpoints(s)
     _validate_security(s)
     _validate_http(s)
     _validate_media(s)
-    if s.metrics_port is not None and (isinstance(s.metrics_port, bool) or not isinstance(s.metrics_port, int)
-                                       or not 0 <= s.metrics_port <= 65535):
-        raise SettingsError(f"metrics_port must be a port number (0 picks a free one), got {s.metrics_port!r}")
     _validate_metrics_host(s)
-    if s.socket_mode is not None and not (isinstance(s.socket_mode, int) and 0 <= s.socket_mode <= 0o777):
-        raise SettingsError(f"socket_mode must be a file mode such as 0660, got {s.socket_mode!r}")
-
-
-def _positive_int(name: str, value) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise SettingsError(f"{name} must be an integer >= 1, got {value!r}")
 
 
 def _validate_model(s: ServeSettings) -> None:
-    if s.readout is not None and s.readout not in READOUTS:
-        raise SettingsError(f"readout must be one of {', '.join(READOUTS)}, got {s.readout!r}")
-    if s.dtype is not None and s.dtype not in DTYPES:
-        raise SettingsError(f"dtype must be one of {', '.join(DTYPES)}, got {s.dtype!r}")
-    t = s.temperature
-    if t is not None and (isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0):
-        raise SettingsError(f"temperature must be a finite number > 0, got {t!r}")
     if s.model is not None and not s.model.strip():
         raise SettingsError("model must not be empty")
     if s.model is not None and (problem := local_problem(s.model)):
         raise SettingsError(problem)      # before a worker starts: a path that is not there is a setting
-    jevany_options.check_readout_rules(s.model, s.readout, t)
+    jevany_options.check_readout_rules(s.model, s.readout, s.temperature)
     if s.load.base_load_path is not None and not Path(s.load.base_load_path).expanduser().is_dir():
         raise SettingsError(f"base_load_path {s.load.base_load_path} is not a directory (JevAny's "
                             "JEVANY_BASE_LOAD_PATH: a local copy of the checkpoint's base model)")
@@ -96,23 +78,11 @@ def _validate_pool(s: ServeSettings) -> None:
     if len(set(devices)) != len(devices):
         raise SettingsError(f"device {s.device!r} names one device twice (cuda is cuda:0); "
                             "use --workers N for several workers on one device")
-    if s.workers is not None:
-        _positive_int("workers", s.workers)
-        if s.device_map is None and s.workers % len(devices):
-            raise SettingsError(f"workers={s.workers} cannot be spread evenly over the {len(devices)} devices "
-                                f"{s.device!r}; give a multiple of {len(devices)}, or one device")
-    if s.cpu_threads is not None:
-        _positive_int("cpu_threads", s.cpu_threads)
-    value = s.simulate_accelerator
-    if value is not None:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
-            raise SettingsError(f"simulate_accelerator must be a number of ms > 0, got {value!r}")
-        if set(devices) != {"cpu"}:
-            raise SettingsError(f"simulate_accelerator runs on the CPU only; device is {s.device!r}")
-    for name in ("heartbeat_timeout", "batch_timeout"):
-        value = getattr(s, name)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not value > 0:
-            raise SettingsError(f"{name} must be a number of seconds > 0, got {value!r}")
+    if s.workers is not None and s.device_map is None and s.workers % len(devices):
+        raise SettingsError(f"workers={s.workers} cannot be spread evenly over the {len(devices)} devices "
+                            f"{s.device!r}; give a multiple of {len(devices)}, or one device")
+    if s.simulate_accelerator is not None and set(devices) != {"cpu"}:
+        raise SettingsError(f"simulate_accelerator runs on the CPU only; device is {s.device!r}")
 
 
 def _validate_plan(s: ServeSettings) -> None:
@@ -132,18 +102,12 @@ def _validate_device_map(s: ServeSettings) -> None:
             raise SettingsError("max_memory_gib caps each GPU of a worker that spans several; "
                                 "it needs device_map (--device-map auto)")
         return
-    if s.device_map not in DEVICE_MAPS:
-        raise SettingsError(f"device_map must be one of {', '.join(DEVICE_MAPS)}, got {s.device_map!r}")
     if "cpu" in s.devices:
         raise SettingsError(f"device_map spreads one model over GPUs, and device {s.device!r} names the CPU; "
                             "give --device cuda (every GPU) or a list such as cuda:0,cuda:1")
     if s.workers not in (None, 1):
         raise SettingsError(f"workers must be 1 with device_map: the one worker spans every GPU in device "
                             f"{s.device!r}, and a second would need the same GPUs (got workers={s.workers})")
-    value = s.max_memory_gib
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
-                              or not math.isfinite(value) or value <= 0):
-        raise SettingsError(f"max_memory_gib must be a number of GiB > 0 (per GPU), got {value!r}")
 
 
 def _validate_devices_exist(s: ServeSettings, cuda_count: Callable[[], int]) -> None:
@@ -219,8 +183,6 @@ def cors_origins(value: str) -> list[str]:
 
 def _validate_http(s: ServeSettings) -> None:
     cors_origins(s.http_cors_origins)
-    if s.http_dialect not in DIALECTS:
-        raise SettingsError(f"http_dialect must be one of {', '.join(DIALECTS)}, got {s.http_dialect!r}")
     if s.http is None:
         if s.http_token_file is not None:
             raise SettingsError("http_token_file guards the HTTP routes; it needs http (--http HOST:PORT)")
@@ -242,8 +204,6 @@ def _validate_http(s: ServeSettings) -> None:
 
 
 def _validate_media(s: ServeSettings) -> None:
-    for name in MEDIA_CAPS:
-        _positive_int(name, getattr(s, name))
     if s.media_total_bytes < s.media_max_bytes:
         raise SettingsError(f"media_total_bytes ({s.media_total_bytes}) must be at least media_max_bytes "
                             f"({s.media_max_bytes}): one file may take the whole request's allowance")
@@ -251,9 +211,6 @@ def _validate_media(s: ServeSettings) -> None:
         raise SettingsError("media_root must not be empty; leave it unset to turn media off")
     if s.media_root is not None and not Path(s.media_root).is_dir():
         raise SettingsError(f"media_root {s.media_root} is not a directory")
-    t = s.media_check_timeout
-    if isinstance(t, bool) or not isinstance(t, (int, float)) or not math.isfinite(t) or t <= 0:
-        raise SettingsError(f"media_check_timeout must be a number of seconds > 0, got {t!r}")
 
 
 def _validate_metrics_host(s: ServeSettings) -> None:
