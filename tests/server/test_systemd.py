@@ -1,5 +1,6 @@
 """systemd: the unit verifies, the environment file documents every setting, sd_notify speaks the protocol."""
 import os
+import re
 import shutil
 import signal
 import socket
@@ -12,7 +13,8 @@ from pathlib import Path
 import pytest
 
 from jevany_daemon.server.sdnotify import Notifier
-from jevany_daemon.server.settings import ENGINE_FIELDS, LOAD_FIELDS, SERVE_FIELDS
+from jevany_daemon.server.settings import ENGINE_FIELDS, LOAD_FIELDS, SERVE_FIELDS, SETTINGS
+from jevany_daemon.settings_table import OTHER_VARIABLES
 
 from ..docs import DOCS, pages, section
 
@@ -78,6 +80,13 @@ def test_the_environment_file_documents_every_setting():
         assert f"JEVANY_{name.upper()}" in text, name
     for name in ("JEVANY_LOG_LEVEL", "JEVANY_CACHE_DIR", "JEVANY_ENDPOINT", "JEVANY_CONTROL_ENDPOINT"):
         assert name in text
+
+
+def test_every_variable_the_environment_file_names_is_a_declared_one():
+    """A variable renamed or removed from the declarations, or mistyped here, would be silently ignored."""
+    declared = {s.variable for s in SETTINGS if s.env} | {name for name, _, _ in OTHER_VARIABLES}
+    named = set(re.findall(r"\bJEVANY_[A-Z0-9_]*[A-Z0-9]\b", ENV_FILE.read_text()))
+    assert len(named) > 50 and not named - declared, sorted(named - declared)
 
 
 def listen(address: str) -> socket.socket:
