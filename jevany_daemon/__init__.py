@@ -1,3 +1,16 @@
-"""jevany-daemon: a decision model behind a ZeroMQ socket, batched by group commit."""
+"""jevany-daemon: a decision model behind a ZeroMQ socket, batched by group commit.
+
+cli.py             jevany-daemon's commands: serve, tiny-model, keygen
+config.py          the engine's and the loader's settings (EngineConfig, LoadOptions)
+declaration.py     how a setting is declared, once, on its dataclass field
+serve_options.py   serve's options, built from the settings' declarations
+settings_table.py  the settings table of docs/SERVING.md, written from the declarations
+inprocess.py       JevModel: the engine in this process
+asgi.py            JevAny's HTTP API on a model in this process
+parity.py          how far apart two sets of answers are
+workloads.py       synthetic decide requests for tests, the demo and benchmarks
+server/            the supervisor and its workers; server/settings.py holds the daemon's own settings
+engine/, model/, media/, gateway/, starter/  the engine, the weights, media, the HTTP gateway, the starter
+"""
 
 __version__ = "0.1.0"
