@@ -38,8 +38,16 @@ class Admitted:
 
 
 class Admission:
-    def __init__(self, engine):
-        self.engine = engine
+    """Checks requests against the model, its limits and the readout's, and encodes them.
+
+    It owns the tokenizer lock: whoever else uses the model's tokenizer (a
+    media pass, usage counts) is handed this lock (passes.py).
+    """
+
+    def __init__(self, *, model, encoder, blend, layout, limits, max_options: int, max_packed_tokens: int,
+                 date_facts: bool):
+        self.model, self.encoder, self.blend, self.layout, self.limits = model, encoder, blend, layout, limits
+        self.max_options, self.max_packed_tokens, self.date_facts = max_options, max_packed_tokens, date_facts
         self.tokenizer_lock = threading.Lock()   # fast tokenizers are not safe to share across threads
 
     def admit_many(self, bodies: list[Any], origins: list[str | None],
@@ -52,10 +60,9 @@ class Admission:
             except JevanyError as exc:
                 requests.append(exc)
         ok = [r for r in requests if isinstance(r, DecisionRequest)]
-        engine = self.engine
         with self.tokenizer_lock:
-            encoded = iter(_encode_all(engine.encoder, ok, engine.limits))
-            native = iter(_encode_all(engine.blend.encoder, ok, engine.limits) if engine.blend else [None] * len(ok))
+            encoded = iter(_encode_all(self.encoder, ok, self.limits))
+            native = iter(_encode_all(self.blend.encoder, ok, self.limits) if self.blend else [None] * len(ok))
         out = []
         for request, origin, tenant in zip(requests, origins, tenants):
             if isinstance(request, JevanyError):
@@ -76,9 +83,9 @@ class Admission:
         # The configured layout's cost, cached or not: a request is admitted or refused
         # the same whatever the cache holds at the moment. A blended request runs two
         # passes, each of which must fit.
-        budget = self.engine.config.max_packed_tokens
+        budget = self.max_packed_tokens
         for enc in [e for e in (encoded, native) if e is not None]:
-            shape = self.engine.layout.shape(enc)
+            shape = self.layout.shape(enc)
             cost = shape.rows * shape.width + shape.prefix
             if cost > budget:
                 raise ContextLengthError(f"request exceeds {budget} packed tokens: {cost}")
@@ -86,7 +93,6 @@ class Admission:
 
     def _check(self, body: Any) -> DecisionRequest:
         """Validate; raises the typed error the caller should get."""
-        engine = self.engine
         try:
             request = body if isinstance(body, DecisionRequest) else parse_decision(body)
         except JevanyError:
@@ -97,17 +103,17 @@ class Admission:
         if request.media:
             self._check_media(request)
         for q in request.questions:
-            if q.n_options > engine.max_options:
-                words = OPTION_CAP[engine.model.readout].format(n=engine.max_options)
+            if q.n_options > self.max_options:
+                words = OPTION_CAP[self.model.readout].format(n=self.max_options)
                 raise InvalidRequestError(f"questions.{q.qid}: {words} (got {q.n_options})")
-        if engine.config.date_facts:
+        if self.date_facts:
             request = replace(request, state=self._with_date_facts(request.state))
         return request
 
     def _with_date_facts(self, state: Any) -> Any:
         # Facts grow with the square of the dates: stop building them once the state
         # could no longer fit its token limit, as the encoder would refuse it anyway.
-        per_token, limit = self.engine.encoder.per_token, self.engine.limits.state
+        per_token, limit = self.encoder.per_token, self.limits.state
         try:
             return with_date_facts(state, max_chars=limit * per_token)
         except TooLong as exc:
@@ -116,7 +122,7 @@ class Admission:
 
     def _check_media(self, request: DecisionRequest) -> None:
         """JevAny's order: the model takes media at all, each type, then one question per request."""
-        model = self.engine.model
+        model = self.model
         if not model.multimodal and model.readout == "choice":
             raise UnsupportedMediaError("choice readout does not support media requests")
         served = getattr(model, "media_types", ())
@@ -127,12 +133,12 @@ class Admission:
                                             + (f" ({item.type}: {why})" if why else ""))
         if len(request.questions) > MAX_MEDIA_QUESTIONS:
             raise InvalidRequestError(f"media requests support at most {MAX_MEDIA_QUESTIONS} question(s)")
-        if self.engine.blend is not None:
+        if self.blend is not None:
             # The native pass reads its own prompt through the text layouts; it would drop the media.
             raise UnsupportedMediaError("the choice readout's native blend (choice_native_weight) takes text only")
 
     def _check_model(self, request: DecisionRequest) -> None:
-        model = self.engine.model
+        model = self.model
         if request.model not in (None, model.model_id, LATEST_ALIAS, *JEV_ALIASES):
             raise UnknownModelError(
                 f"unknown model {request.model!r}; this deployment serves {model.model_id!r}"

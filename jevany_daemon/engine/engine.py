@@ -97,7 +97,9 @@ class Engine:
         self.alone_limits = replace(self.batch_limits, max_size=1)
         self.reset_statistics()
         self.pad_id = _pad_id(model.tokenizer)
-        self.admission = Admission(self)
+        self.admission = Admission(model=model, encoder=self.encoder, blend=self.blend, layout=self.layout,
+                                   limits=self.limits, max_options=self.max_options,
+                                   max_packed_tokens=config.max_packed_tokens, date_facts=config.date_facts)
         self.output_tokens = OutputTokens(model.tokenizer)
         self.replay: Replay | None = None    # the shape plan's buckets, once warm_plan has run them
         self.passes = Passes(self)
