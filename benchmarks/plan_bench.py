@@ -280,7 +280,8 @@ def compile_phase(models: Models, args) -> dict:
 def _shape_of(engine: Engine, batch) -> tuple[int, int]:
     from jevany_daemon.engine.pass_inputs import Upload
 
-    job = engine.layout_for(batch[0]).prepare([a.encoded for a in batch], engine.pad_id, Upload(), engine._backbone)
+    job = engine.layout_for(batch[0]).prepare([a.encoded for a in batch], engine.pad_id, Upload(),
+                                              engine.passes.backbone)
     single = job.single()
     return single.sent.n, single.sent.width
 

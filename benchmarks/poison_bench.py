@@ -30,7 +30,7 @@ POISON = {"state": "zebra crossing", "questions": {"q": {"type": "noul"}}}
 def _alone(self, launched):
     """The alternative: every request of a failed pass scored again alone."""
     batch = launched.batch
-    self.engine.forget(batch)
+    self.forget(batch)
     if len(batch) == 1:
         return [launched.error]
     return [self.collect(self.launch([a]))[0] for a in batch]
@@ -39,7 +39,7 @@ def _alone(self, launched):
 def run(engine: Engine, bodies: list, poisoned: bool, retry) -> dict:
     admitted = engine.admit_many(bodies + ([POISON] if poisoned else []))
     marker = list(admitted[-1].encoded.prefix) if poisoned else None
-    backbone, passes = engine._backbone, []
+    backbone, passes = engine.passes.backbone, []
 
     def failing(**inputs):
         rows = inputs["input_ids"].tolist()
@@ -48,14 +48,14 @@ def run(engine: Engine, bodies: list, poisoned: bool, retry) -> dict:
             raise RuntimeError("injected fault")
         return backbone(**inputs)
 
-    engine._backbone = failing
+    engine.passes.backbone = failing
     saved, Passes._failed = Passes._failed, retry or Passes._failed
     try:
         started = time.perf_counter()
         outcomes = engine.score(admitted)
         seconds = time.perf_counter() - started
     finally:
-        engine._backbone, Passes._failed = backbone, saved
+        engine.passes.backbone, Passes._failed = backbone, saved
     answered = sum(isinstance(o, dict) for o in outcomes)
     return {"passes": len(passes), "rows": passes, "seconds": round(seconds, 4), "answered": answered}
 

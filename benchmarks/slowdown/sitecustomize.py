@@ -14,10 +14,10 @@ if _FACTOR > 0 and sys.orig_argv[1:3] == ["-m", "jevany_daemon.server.worker"]:
     import functools
     import time
 
-    from jevany_daemon.engine.engine import Engine
+    from jevany_daemon.engine.decoder import Decoder
 
     # The backbone's forward: the one step every layout and the worker's pipeline share.
-    _real = Engine._backbone
+    _real = Decoder.__call__
 
     @functools.wraps(_real)
     def _slow_backbone(self, *args, **kwargs):
@@ -27,4 +27,4 @@ if _FACTOR > 0 and sys.orig_argv[1:3] == ["-m", "jevany_daemon.server.worker"]:
         finally:
             time.sleep((time.perf_counter() - started) * _FACTOR)
 
-    Engine._backbone = _slow_backbone
+    Decoder.__call__ = _slow_backbone

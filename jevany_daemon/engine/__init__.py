@@ -12,6 +12,7 @@ prefix_reuse.py  passes that continue from the longest kept prefix (one forward;
 cache_rows.py    decoder caches as blocks of rows, every layer in one tensor: kept, joined, a few ops a pass
 pass_inputs.py   a pass's inputs as host lists, sent to the device in one copy
 masks.py         attention masks in which every query row has a key (CUDA returns NaN where none is)
+decoder.py       the backbone as every pass calls it: masks in, final hidden states (and a cache) out
 passes.py        one pass in two halves: launch (upload, queue the forward) and collect (wait, check, shape)
 stream.py        the device as a pass sees it: one copy in, one sync out; a simulated accelerator
 readouts.py      hidden states → probabilities on the device (pointer, lm_token, choice)
@@ -27,5 +28,5 @@ fixed_forward.py a bucket's static input buffer and its forward, which a CUDA gr
 replay.py        which pass runs in which bucket, eagerly, compiled or as a CUDA graph; the plan's warm-up
 warmup.py        every path scored once before the worker reports ready
 describe.py      what the engine serves and how, in our names and JevAny's (models, /v1/models)
-engine.py        the Engine that composes them
+engine.py        the Engine that composes them, handing each the parts it uses
 """

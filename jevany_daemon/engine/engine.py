@@ -5,7 +5,7 @@ threads, batched by group commit) and the daemon's worker, which admits
 hand-overs with ``admit_many`` and keeps a pass on the device while it forms
 the next (``launch`` / ``collect``: server/worker.py). The stages are rooms
 of their own: admission.py, layouts.py and prefix_reuse.py, passes.py,
-shaping.py.
+shaping.py; each is handed the parts it uses.
 """
 from collections import deque
 from dataclasses import replace
@@ -21,9 +21,10 @@ from jevany_daemon.model.kernels import opaque_linear_attention
 
 from .admission import LATEST_ALIAS, MAX_MEDIA_QUESTIONS, Admission, Admitted
 from .batching import SCAN_LIMIT, BatchLimits, GroupCommit, Pending, drain, take_batch
+from .decoder import Decoder
 from .describe import describe
+from .faults import DeviceLost
 from .layouts import PACKED_PROVEN, SHARED_PROVEN, PackedLayout, RowsLayout, Shape, SharedLayout
-from .masks import per_layer_type
 from .native_blend import both_passes, native_blend
 from .passes import Launched, Passes
 from .policy import BatchPolicy
@@ -70,7 +71,6 @@ class Engine:
         simulated_pass_ms: float | None = None,
     ):
         self.model, self.config, self.observer = model, config, observer
-        self.decoder = model.backbone      # what _backbone runs (a benchmark may compile it)
         # The device as passes see it; a simulated accelerator for benchmarks (stream.py).
         self.stream = make_stream(model.device, simulated_pass_ms)
         self.layout = choose_layout(model, config.layout)
@@ -82,11 +82,7 @@ class Engine:
             self.max_options = min(self.max_options, self.blend.readout.max_options)
         # With a prefix cache, every request without media continues from the longest
         # prefix the cache holds (prefix_reuse.py); the configured layout serves the rest.
-        self.memory, self._reuse = None, None
-        if config.prefix_cache > 0 and model.model_type in SHARED_PROVEN:
-            self.memory = PrefixCache(config.prefix_cache, config.prefix_cache_bytes, config.prefix_min_tokens)
-            reuse = PackedReuse if model.model_type in PACKED_PROVEN and not model.hybrid else RowReuse
-            self._reuse = reuse(self.memory, getattr(self.encoder, "head", ()), self.stream, model.dtype)
+        self.memory, self._reuse = _prefix_reuse(model, config, getattr(self.encoder, "head", ()), self.stream)
         window = model.context_window
         self.limits = Limits(min(config.max_state_tokens, window), min(config.max_branch_tokens, window), window,
                              min(config.choice_max_tokens, window))
@@ -95,16 +91,20 @@ class Engine:
             waste = default_padding_waste("cuda" if self.stream.asynchronous else model.device.type)
         self.batch_limits = BatchLimits(config.max_batch_size, config.max_packed_tokens, waste)
         self.alone_limits = replace(self.batch_limits, max_size=1)
-        self.reset_statistics()
+        self.stats = BatchStats()
+        # On an accelerator a lone pass costs nearly a full one: no pass is split to time one (policy.py).
+        self.policy = BatchPolicy(adaptive=config.batch_policy == "adaptive",
+                                  explore_alone=not self.stream.asynchronous)
         self.pad_id = _pad_id(model.tokenizer)
         self.admission = Admission(model=model, encoder=self.encoder, blend=self.blend, layout=self.layout,
                                    limits=self.limits, max_options=self.max_options,
                                    max_packed_tokens=config.max_packed_tokens, date_facts=config.date_facts)
-        self.output_tokens = OutputTokens(model.tokenizer)
-        self.replay: Replay | None = None    # the shape plan's buckets, once warm_plan has run them
-        self.passes = Passes(self)
+        self.passes = Passes(model=model, stream=self.stream, backbone=Decoder(model), readout=self.readout,
+                             blend=self.blend, layout=self.layout, layout_for=self.layout_for, pad_id=self.pad_id,
+                             cost=self.cost, forget=self.forget, live_head=self.live_head,
+                             output_tokens=OutputTokens(model.tokenizer), tokenizer_lock=self.admission.tokenizer_lock,
+                             stats=self.stats, policy=self.policy, observe=self._observed)
         self._commit = GroupCommit(self._take, self._run_pending)
-        self.lost = None    # DeviceLost, once the device failed beyond recovery
 
     # --- admit -----------------------------------------------------------
 
@@ -201,8 +201,17 @@ class Engine:
     def collect(self, launched: Launched) -> list[dict | JevanyError]:
         return self.passes.collect(launched)
 
+    @property
+    def lost(self) -> DeviceLost | None:
+        """DeviceLost, once the device failed beyond recovery (passes.py)."""
+        return self.passes.lost
+
+    def gathered(self, batch: list[Admitted]):
+        """(hidden states, the readout's plan) of a batch: a pass's forward without its readout (training)."""
+        return self.passes.gathered(batch)
+
     def run_batch(self, batch: list[Admitted]) -> list[dict | JevanyError]:
-        """One pass; if it fails, each request again alone so the error stays with its cause.
+        """One pass; if it fails, its requests again in halves, down to one, so the error stays with its cause.
 
         A device that can run no more passes raises DeviceLost instead, now and
         on every later call: no request caused it, and none can be scored here.
@@ -234,14 +243,9 @@ class Engine:
         if self._reuse is not None:
             self._reuse.forget([a.encoded for a in batch if self.layout_for(a) is self._reuse])
 
-    def _backbone(self, *, attention_mask, padding_mask=None, return_cache: bool = False, cache=None, **inputs):
-        """The decoder's final hidden states; with return_cache, and the cache a later pass continues from."""
-        if attention_mask.dim() == 4:
-            attention_mask = per_layer_type(self.model.layer_types, attention_mask, padding_mask)
-        if cache is not None:
-            inputs["cache"] = cache
-        out = self.decoder(**inputs, attention_mask=attention_mask, use_cache=return_cache)
-        return (out.last_hidden_state, out.cache) if return_cache else out.last_hidden_state
+    def _observed(self, record: BatchRecord) -> None:
+        if self.observer is not None:     # read at every pass: an observer may come after the engine
+            self.observer(record)
 
     # --- the shape plan ----------------------------------------------------------
 
@@ -264,12 +268,12 @@ class Engine:
                                     self.model.context_window, cached)
         if only is not None:
             plan = plan.only(only)
-        replay = Replay(plan, runner, self.readout, self._backbone, self.model.dtype, self.model.device,
+        replay = Replay(plan, runner, self.readout, self.passes.backbone, self.model.dtype, self.model.device,
                         self.pad_id, compile_mode=self.config.compile,
                         graph_max_tokens=self.config.cuda_graph_max_tokens)
         phases = replay.warm_up(head, self._reuse.kit if head is not None else None, self.stream,
                                 self.config.warmup_limit)
-        self.replay = replay
+        self.passes.replay = replay
         if self._reuse is not None:
             # A stem pass of its own runs outside every bucket, as it comes: a whole forward, as on an
             # accelerator. Rows recompute a shared stem before it costs one (prefix_reuse.SHARE_TOKENS).
@@ -280,6 +284,11 @@ class Engine:
         priced = replace(self.batch_limits, price=plan.tokens)
         self.batch_limits, self.alone_limits = priced, replace(priced, max_size=1)
         return phases
+
+    @property
+    def replay(self) -> Replay | None:
+        """The shape plan's buckets, once warm_plan has run them; passes run in them from then on."""
+        return self.passes.replay
 
     def live_head(self):
         """The prompt's head as the prefix cache holds it now (what a pass continuing it joins), or None."""
@@ -298,18 +307,25 @@ class Engine:
 
     def reset_statistics(self) -> None:
         """Forget every pass so far (warm-up), for statistics and the batch policy alike."""
-        self.stats = BatchStats()
-        # On an accelerator a lone pass costs nearly a full one: no pass is split to time one (policy.py).
-        self.policy = BatchPolicy(adaptive=self.config.batch_policy == "adaptive",
-                                  explore_alone=not self.stream.asynchronous)
-        if getattr(self, "memory", None) is not None:
+        self.stats.reset()
+        self.policy.reset()
+        if self.memory is not None:
             self.memory.reset()
-        if getattr(self, "replay", None) is not None:
+        if self.replay is not None:
             self.replay.counts.reset()
 
     def describe(self) -> dict:
         """What the engine serves, and how: describe.py."""
         return describe(self)
+
+
+def _prefix_reuse(model: DecisionModel, config: EngineConfig, head, stream):
+    """(the prefix cache, the layout that continues from it), or (None, None): no cache, or not proven here."""
+    if config.prefix_cache <= 0 or model.model_type not in SHARED_PROVEN:
+        return None, None
+    memory = PrefixCache(config.prefix_cache, config.prefix_cache_bytes, config.prefix_min_tokens)
+    reuse = PackedReuse if model.model_type in PACKED_PROVEN and not model.hybrid else RowReuse
+    return memory, reuse(memory, head, stream, model.dtype)
 
 
 def _pad_id(tokenizer) -> int:

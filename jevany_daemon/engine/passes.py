@@ -7,6 +7,10 @@ it queues, one download of every probability it produced (stream.py). A
 failure may show at either half (on CUDA an error surfaces when the host
 waits); either way the pass failed, and its requests are scored again in
 halves, down to one, so an error stays with the request that caused it.
+
+Passes are handed the parts they use (model, stream, decoder, readouts,
+layouts, statistics) and the engine's costs as callables, never the engine.
+gathered is a pass's forward alone, for training on what a pass computes.
 """
 from dataclasses import dataclass
 
@@ -41,20 +45,32 @@ class Launched:
 
 
 class Passes:
-    """Launches and collects an engine's passes."""
+    """Launches and collects passes, handed every part a pass uses (never the engine that composes them)."""
 
-    def __init__(self, engine):
-        self.engine = engine
+    def __init__(self, *, model, stream, backbone, readout, blend, layout, layout_for, pad_id: int, cost, forget,
+                 live_head, output_tokens, tokenizer_lock, stats, policy, observe):
+        self.model, self.stream = model, stream
+        self.backbone = backbone        # runs the decoder (decoder.Decoder); what every forward of a pass calls
+        self.readout, self.blend = readout, blend       # blend: the native readout pooled in, or None
+        # The layout a request's pass takes (the prefix cache's, or the configured one: layout, which also
+        # runs every native pass), and the engine's costs and cache upkeep, which depend on both.
+        self.layout, self.layout_for, self.pad_id = layout, layout_for, pad_id
+        self.cost, self.forget, self.live_head = cost, forget, live_head
+        self.output_tokens = output_tokens
+        self.tokenizer_lock = tokenizer_lock    # admission's: fast tokenizers are not safe to share across threads
+        self.stats, self.policy = stats, policy
+        self.observe = observe          # called with every pass's BatchRecord
+        self.replay = None              # replay.Replay: the shape plan's buckets, once the engine has warmed them
+        self.lost: DeviceLost | None = None     # once the device failed beyond recovery
 
     # --- launch -----------------------------------------------------------
 
     def launch(self, batch: list) -> Launched:
         """Queue one pass of these requests on the device; never raises (a failure rides in .error)."""
-        engine = self.engine
-        if engine.lost is not None:
-            raise engine.lost
+        if self.lost is not None:
+            raise self.lost
         counts = [q.n_options for a in batch for q in a.request.questions]
-        launched = Launched(batch, counts, blended=engine.blend is not None)
+        launched = Launched(batch, counts, blended=self.blend is not None)
         try:
             with torch.inference_mode():
                 self._queue(launched)
@@ -63,41 +79,40 @@ class Passes:
         return launched
 
     def _queue(self, launched: Launched) -> None:
-        engine, batch = self.engine, launched.batch
-        model, stream = engine.model, engine.stream
+        batch, model, stream, backbone = launched.batch, self.model, self.stream, self.backbone
         began = stream.begin()
         upload = Upload()
         media = batch[0].request.media      # alone in its batch (Pending.alone)
-        job = None if media else engine.layout_for(batch[0]).prepare([a.encoded for a in batch], engine.pad_id,
-                                                                      upload, engine._backbone)
+        job = None if media else self.layout_for(batch[0]).prepare([a.encoded for a in batch], self.pad_id,
+                                                                    upload, backbone)
         self._account(launched)      # once prepared: preparing may have pinned the prompt's head
         fixed = self._fixed(launched, job, media)
         if fixed is not None:
             launched.padded, launched.fixed = fixed.bucket.tokens, True
-            launched.ticket = stream.download(engine.replay.run(fixed, stream), began, fixed.used)
+            launched.ticket = stream.download(self.replay.run(fixed, stream), began, fixed.used)
             return
-        plan = engine.readout.plan(launched.counts, upload)
-        native_plan = engine.blend.readout.plan(launched.counts, upload) if launched.blended else None
-        native_job = (engine.layout.prepare([a.native for a in batch], engine.pad_id, upload, engine._backbone)
+        plan = self.readout.plan(launched.counts, upload)
+        native_plan = self.blend.readout.plan(launched.counts, upload) if launched.blended else None
+        native_job = (self.layout.prepare([a.native for a in batch], self.pad_id, upload, backbone)
                       if native_plan is not None else None)
         upload.send(stream)      # every input of the pass, in one copy, before its first kernel
         if media:
-            with engine.admission.tokenizer_lock:
+            with self.tokenizer_lock:
                 gathered, padded = media_forward(model, batch[0].encoded, [(m.type, m.uri) for m in media])
         else:
-            gathered, padded = job.run(engine._backbone, model.dtype)
-        probs = engine.readout.probabilities(gathered, plan)
+            gathered, padded = job.run(backbone, model.dtype)
+        probs = self.readout.probabilities(gathered, plan)
         if native_job is not None:
             # The checkpoint's own readout on the same batch, in the configured layout (never the prefix cache).
-            hidden, extra = native_job.run(engine._backbone, model.dtype)
-            probs = torch.cat([probs, engine.blend.readout.probabilities(hidden, native_plan)])
+            hidden, extra = native_job.run(backbone, model.dtype)
+            probs = torch.cat([probs, self.blend.readout.probabilities(hidden, native_plan)])
             padded += extra
         launched.padded = padded
         launched.ticket = stream.download(probs.float(), began)
 
     def _account(self, launched: Launched) -> None:
         """What the pass computes: its real tokens (a shared stem once) and its widest request."""
-        costs = [self.engine.cost(a) for a in launched.batch]
+        costs = [self.cost(a) for a in launched.batch]
         launched.real, computed = 0, set()
         for shape, real in costs:
             if shape.stem is not None and shape.stem in computed:
@@ -108,13 +123,23 @@ class Passes:
 
     def _fixed(self, launched: Launched, job, media):
         """The pass in a bucket of the shape plan, or None: no plan, or the pass is not one it runs."""
-        replay = self.engine.replay
+        replay = self.replay
         if replay is None:
             return None
         if media or launched.blended:
             replay.count_eager("media" if media else "blend")
             return None
-        return replay.fixed(job, launched.counts, self.engine.live_head())
+        return replay.fixed(job, launched.counts, self.live_head())
+
+    def gathered(self, batch: list) -> tuple:
+        """(the hidden states the readout reads, the readout's plan) of a batch in the configured layout: a
+        pass's forward without its probabilities, with gradients if the caller allows (starter/train.py)."""
+        upload = Upload()
+        job = self.layout.prepare([a.encoded for a in batch], self.pad_id, upload, self.backbone)
+        plan = self.readout.plan([q.n_options for a in batch for q in a.request.questions], upload)
+        upload.send(self.stream)
+        hidden, _ = job.run(self.backbone, self.model.dtype)
+        return hidden, plan
 
     # --- collect ----------------------------------------------------------
 
@@ -139,9 +164,9 @@ class Passes:
         return self._results(launched, launched.probs, round(launched.seconds * 1000, 1))
 
     def _probabilities(self, launched: Launched) -> tuple[list[list[float]], float]:
-        flat, seconds = self.engine.stream.wait(launched.ticket)
+        flat, seconds = self.stream.wait(launched.ticket)
         if launched.fixed:
-            probs = self.engine.readout.unpack(flat, launched.counts)
+            probs = self.readout.unpack(flat, launched.counts)
             check_finite(probs)
             return probs, seconds
         n = sum(launched.counts)
@@ -150,20 +175,18 @@ class Passes:
         if launched.blended:
             native = split(flat[n:], launched.counts)
             check_finite(native)
-            probs = self.engine.blend.pool(probs, native)
+            probs = self.blend.pool(probs, native)
             check_finite(probs)
         return probs, seconds
 
     def _record(self, launched: Launched, seconds: float) -> None:
-        engine, ok = self.engine, launched.error is None
-        batch = launched.batch
+        ok, batch = launched.error is None, launched.batch
         rec = BatchRecord(len(batch), launched.padded, launched.real, round(seconds * 1000, 1), ok,
                           tuple(sorted({a.origin for a in batch if a.origin is not None})))
-        engine.stats.record(rec)
+        self.stats.record(rec)
         if ok:
-            engine.policy.record(launched.width, len(batch), launched.real, seconds)
-        if engine.observer is not None:
-            engine.observer(rec)
+            self.policy.record(launched.width, len(batch), launched.real, seconds)
+        self.observe(rec)
 
     def _failed(self, launched: Launched) -> list:
         """A failed pass: its requests again in halves, unless the device itself is gone.
@@ -173,36 +196,36 @@ class Passes:
         without it is answered by the first of them (benchmarks/poison_bench.py).
         A failure of the whole batch (out of memory) gives its halves their
         chance to fit; one that fails any pass of two ends in 2n - 1 passes."""
-        engine, exc, batch = self.engine, launched.error, launched.batch
+        exc, batch = launched.error, launched.batch
         if is_device_lost(exc):
-            engine.lost = exc if isinstance(exc, DeviceLost) else DeviceLost(
+            self.lost = exc if isinstance(exc, DeviceLost) else DeviceLost(
                 f"the device cannot run passes any more: {type(exc).__name__}: {exc}")
-            raise engine.lost from exc
+            raise self.lost from exc
         if isinstance(exc, NonFiniteError):
-            engine.stats.non_finite += 1
+            self.stats.non_finite += 1
         if is_out_of_memory(exc):
             release_cached_memory()
-        engine.forget(batch)      # a prefix this pass used may be what broke it
+        self.forget(batch)      # a prefix this pass used may be what broke it
         if len(batch) == 1:
             return [_as_jevany_error(exc)]
-        engine.stats.retried += len(batch)
+        self.stats.retried += len(batch)
         half = len(batch) // 2
         return [*self.collect(self.launch(batch[:half])), *self.collect(self.launch(batch[half:]))]
 
     def _results(self, launched: Launched, probs: list[list[float]], latency_ms: float) -> list:
         """Each request's reply, its answers checked; usage counted for the whole pass at once."""
-        engine, batch = self.engine, launched.batch
+        batch = launched.batch
         outcomes, at = [], 0
         for a in batch:
             n = len(a.request.questions)
             outcomes.append(answers_of(a.request.questions, probs[at: at + n]))
             at += n
         replies = [o for o in outcomes if not isinstance(o, JevanyError)]
-        with engine.admission.tokenizer_lock:
-            counts = iter(engine.output_tokens.counts(replies))
+        with self.tokenizer_lock:
+            counts = iter(self.output_tokens.counts(replies))
         size, padded = len(batch), launched.padded
         return [o if isinstance(o, JevanyError) else {
-            "model": engine.model.model_id,
+            "model": self.model.model_id,
             "answers": o,
             "usage": {"input_tokens": a.encoded.input_tokens, "output_tokens": next(counts)},
             "latency_ms": latency_ms,

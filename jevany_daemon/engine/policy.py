@@ -31,6 +31,10 @@ def width_class(width: int) -> int:
 class BatchPolicy:
     def __init__(self, adaptive: bool = True, explore_alone: bool = True):
         self.adaptive, self.explore_alone = adaptive, explore_alone
+        self.reset()
+
+    def reset(self) -> None:
+        """Forget every pass measured so far, in place (passes.py holds the policy it records into)."""
         self.rates: dict[tuple[int, bool], float] = {}   # (width class, batched) → real tokens/s
         self.decisions: Counter = Counter()
 

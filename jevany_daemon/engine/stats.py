@@ -33,6 +33,10 @@ class BatchStats:
         self.busy_s += rec.latency_ms / 1000
         self.histogram[rec.size] += 1
 
+    def reset(self) -> None:
+        """Back to no passes at all, in place: whoever holds these totals (passes.py) keeps holding them."""
+        vars(self).update(vars(BatchStats()))
+
     def as_dict(self) -> dict:
         return {
             "batches": self.batches,

@@ -24,7 +24,6 @@ from torch.nn.functional import cross_entropy
 
 from jevany_daemon.config import EngineConfig
 from jevany_daemon.engine.engine import Engine
-from jevany_daemon.engine.pass_inputs import Upload
 from jevany_daemon.model.checkpoint import DECISION_TOKENS
 from jevany_daemon.model.decision_model import DecisionModel
 from jevany_daemon.model.pointer_head import PointerHead
@@ -101,14 +100,7 @@ class Trainer:
 
     def gathered(self, batch: Batch):
         """(the states the readout reads, the readout's plan): the engine's layout, backbone and plan."""
-        engine = self.engine
-        upload = Upload()
-        job = engine.layout.prepare([a.encoded for a in batch.admitted], engine.pad_id, upload, engine._backbone)
-        counts = [q.n_options for a in batch.admitted for q in a.request.questions]
-        plan = engine.readout.plan(counts, upload)
-        upload.send(engine.stream)
-        hidden, _ = job.run(engine._backbone, engine.model.dtype)
-        return hidden, plan
+        return self.engine.gathered(batch.admitted)
 
     def freeze_states(self, batches: list[Batch]) -> None:
         with torch.no_grad():

@@ -149,7 +149,7 @@ def test_a_failing_request_fails_alone_and_costs_its_neighbours_a_few_passes(mak
     poison = {"state": "zebra", "questions": BODY["questions"]}
     admitted = [engine.admit(b) for b in bodies[:4]] + [engine.admit(poison)] + [engine.admit(b) for b in bodies[4:]]
     poison = list(admitted[4].encoded.prefix)
-    real_backbone = engine._backbone
+    real_backbone = engine.passes.backbone
     passes = []
 
     def holds_poison(row: list[int]) -> bool:
@@ -162,13 +162,13 @@ def test_a_failing_request_fails_alone_and_costs_its_neighbours_a_few_passes(mak
             raise RuntimeError("injected fault")
         return real_backbone(**inputs)
 
-    monkeypatch.setattr(engine, "_backbone", evil_backbone)
+    monkeypatch.setattr(engine.passes, "backbone", evil_backbone)
     outcomes = engine.score(admitted)
     assert isinstance(outcomes[4], InternalError) and "injected fault" in outcomes[4].message
     good = outcomes[:4] + outcomes[5:]
     assert all(isinstance(o, dict) for o in good)
     assert len(passes) <= 1 + 2 * 4, passes                     # the first pass, then two per halving
-    monkeypatch.setattr(engine, "_backbone", real_backbone)
+    monkeypatch.setattr(engine.passes, "backbone", real_backbone)
     alone = [engine.score([engine.admit(b)])[0] for b in bodies]
     assert compare(alone, good)["max_abs_diff"] <= 1e-5
     assert engine.stats.retried == 16 + 8 + 4 + 2                # the poison's half, each time

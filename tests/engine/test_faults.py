@@ -22,14 +22,14 @@ def _engine(make_engine):
 
 def _inject(engine, fault):
     """Run fault(inputs, hidden) on every decoder call: it may raise, or return altered hidden states."""
-    real = engine._backbone
+    real = engine.passes.backbone
     calls = []
 
     def backbone(**inputs):
         calls.append(inputs["input_ids"].shape[0])
         return fault(inputs, real(**inputs))
 
-    engine._backbone = backbone
+    engine.passes.backbone = backbone
     return calls
 
 

@@ -117,13 +117,13 @@ def test_a_continued_mask_is_zero_where_allowed_and_the_lowest_float_elsewhere(d
 
 
 def _rows_per_pass(engine):
-    real, rows = engine._backbone, []
+    real, rows = engine.passes.backbone, []
 
     def counting(**inputs):
         rows.append(inputs["input_ids"].shape[0])
         return real(**inputs)
 
-    engine._backbone = counting
+    engine.passes.backbone = counting
     return rows
 
 

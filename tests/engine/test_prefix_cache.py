@@ -124,13 +124,13 @@ def _assert_same(expected, got):
 
 def _count_tokens(engine):
     """Wrap the engine's decoder: every pass's (rows, input tokens, continues a cache) is recorded."""
-    real, passes = engine._backbone, []
+    real, passes = engine.passes.backbone, []
 
     def counting(**inputs):
         passes.append((inputs["input_ids"].shape[0], inputs["input_ids"].numel(), inputs.get("cache") is not None))
         return real(**inputs)
 
-    engine._backbone = counting
+    engine.passes.backbone = counting
     return passes
 
 
@@ -220,18 +220,18 @@ def test_a_failed_pass_drops_the_prefixes_it_used(loaded_model):
         _, cached = _engines(loaded_model, arch, "choice")
         cached.score([cached.admit(b) for b in REQUESTS[:4]])
         assert len(cached.memory) == 4 and cached.memory.pinned()
-        real = cached._backbone
+        real = cached.passes.backbone
 
         def fails(**inputs):
             raise RuntimeError("the pass broke")
 
-        cached._backbone = fails
+        cached.passes.backbone = fails
         outcomes = cached.score([cached.admit(b) for b in REQUESTS[:2]])
         assert all(not isinstance(o, dict) for o in outcomes)
         stems = {cached.admit(b).encoded.stem for b in REQUESTS[:2]}
         assert not stems & set(cached.memory.keys()) and len(cached.memory) == 2
         assert cached.memory.pinned() == []           # the head they continued may be what broke
-        cached._backbone = real
+        cached.passes.backbone = real
         assert all(isinstance(o, dict) for o in cached.score([cached.admit(b) for b in REQUESTS[:2]]))
         assert cached.memory.pinned()                 # computed again on the next pass
 

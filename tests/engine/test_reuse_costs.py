@@ -33,13 +33,13 @@ def test_new_hybrid_states_of_different_lengths_run_from_their_first_token_in_on
     engine = cached_engine(loaded_model("qwen3_5", "choice"))
     engine.score(engine.admit_many(workloads.short(1, seed=9)))
     assert engine.memory.pinned()                  # each new stem could continue the pinned head...
-    held, real, calls = len(engine.memory), engine._backbone, []
+    held, real, calls = len(engine.memory), engine.passes.backbone, []
 
     def counting(**inputs):
         calls.append(inputs["input_ids"].shape)
         return real(**inputs)
 
-    engine._backbone = counting
+    engine.passes.backbone = counting
     bodies = [{"state": " ".join(["refund"] * n), "questions": {"q": {"type": "noul"}}} for n in (20, 35, 50)]
     engine.score(engine.admit_many(bodies))
     # ...but one pass per new length would cost more than the head saves: one stem pass from the

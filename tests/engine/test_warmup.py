@@ -32,27 +32,27 @@ def test_without_batching_there_is_no_batched_path(make_engine):
 
 def test_a_model_that_scores_nan_fails_with_the_reason(make_engine):
     engine = make_engine("qwen3", "choice")
-    real = engine._backbone
+    real = engine.passes.backbone
 
     def nan(**inputs):
         out = real(**inputs)
         return (out[0] * float("nan"), out[1]) if isinstance(out, tuple) else out * float("nan")
 
-    engine._backbone = nan
+    engine.passes.backbone = nan
     with pytest.raises(WarmUpError, match="non-finite"):
         warm_up(engine)
 
 
 def test_a_failing_batched_pass_is_not_hidden_by_the_retry_alone(make_engine):
     engine = make_engine("qwen3", "choice", layout="packed", max_batch_size=4, prefix_cache=0)
-    real = engine._backbone
+    real = engine.passes.backbone
 
     def fails_batched(**inputs):
         if inputs["input_ids"].shape[0] > 1:
             raise RuntimeError("no kernel image is available for execution on the device")
         return real(**inputs)
 
-    engine._backbone = fails_batched
+    engine.passes.backbone = fails_batched
     with pytest.raises(WarmUpError, match="batched pass failed"):
         warm_up(engine)
 
