@@ -3,9 +3,9 @@
 The same object serves in-process callers (``decide`` from any number of
 threads, batched by group commit) and the daemon's worker, which admits
 hand-overs with ``admit_many`` and keeps a pass on the device while it forms
-the next (``launch`` / ``collect``: server/worker.py). The stages are rooms
-of their own: admission.py, layouts.py and prefix_reuse.py, passes.py,
-shaping.py; each is handed the parts it uses.
+the next (``launch``, then ``wait`` and ``finish``: server/worker_loop.py).
+The stages are rooms of their own: admission.py, layouts.py and
+prefix_reuse.py, passes.py, shaping.py; each is handed the parts it uses.
 """
 from collections import deque
 from dataclasses import replace
@@ -17,6 +17,7 @@ from jevany_client.errors import JevanyError
 
 from jevany_daemon.config import EngineConfig, default_padding_waste
 from jevany_daemon.model.decision_model import DecisionModel
+from jevany_daemon.model.devices import devices_report
 from jevany_daemon.model.kernels import opaque_linear_attention
 
 from .admission import LATEST_ALIAS, MAX_MEDIA_QUESTIONS, Admission, Admitted
@@ -199,7 +200,22 @@ class Engine:
         return self.passes.launch(batch)
 
     def collect(self, launched: Launched) -> list[dict | JevanyError]:
+        """wait, then finish."""
         return self.passes.collect(launched)
+
+    def wait(self, launched: Launched) -> None:
+        """A launched pass's one sync: its probabilities reach the host (or its failure shows)."""
+        self.passes.wait(launched)
+
+    def finish(self, launched: Launched) -> list[dict | JevanyError]:
+        """A waited-for pass's outcomes; a failed pass's requests are scored again, in halves."""
+        return self.passes.finish(launched)
+
+    @property
+    def asynchronous(self) -> bool:
+        """Whether the host is free while a pass runs (CUDA, the simulated accelerator): the worker overlaps
+        its passes there, launching the next before it answers the last."""
+        return self.stream.asynchronous
 
     @property
     def lost(self) -> DeviceLost | None:
@@ -304,6 +320,15 @@ class Engine:
 
     def clear_prefix_cache(self) -> int:
         return 0 if self.memory is None else self.memory.clear()
+
+    def device_info(self) -> dict:
+        """The model's devices: name, memory in use and in total (model/devices.py)."""
+        return devices_report(self.model.devices)
+
+    def statistics(self) -> dict:
+        """The running figures a worker reports with its answers: passes, devices, prefix cache, shape plan."""
+        return self.stats.as_dict() | {"device_info": self.device_info(), "prefix_cache": self.prefix_cache_stats(),
+                                       "plan": self.plan_stats()}
 
     def reset_statistics(self) -> None:
         """Forget every pass so far (warm-up), for statistics and the batch policy alike."""

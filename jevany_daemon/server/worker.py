@@ -27,7 +27,7 @@ from jevany_daemon.engine.shape_plan import PlanTooLarge
 from . import channel
 from .handoff import read_settings
 from .logs import configure_logging, event
-from .worker_loop import WorkerLoop, device_info
+from .worker_loop import WorkerLoop
 
 log = logging.getLogger("jevany.worker")
 
@@ -224,8 +224,8 @@ def main(argv=None) -> int:
     heartbeat.start()
     sock.send(channel.encode(channel.HELLO, {"pid": os.getpid(), "model": engine.describe(),
                                              "load_s": round(time.monotonic() - started, 3),
-                                             "device_info": device_info(engine),
-                                             "overlaps": engine.stream.asynchronous}))
+                                             "device_info": engine.device_info(),
+                                             "overlaps": engine.asynchronous}))
     try:
         return WorkerLoop(sock, engine, batches, parent).run()
     finally:

@@ -169,13 +169,13 @@ class WorkerLoop:
             if self.ready:
                 self.answer()
             return
-        asynchronous = self.engine.stream.asynchronous
+        asynchronous = self.engine.asynchronous
         if asynchronous:
             # While the device runs: what the supervisor handed over meanwhile joins the queue.
             # (On a CPU the pass is done already: its answers go before anything new is admitted.)
             self.receive()
             self.admit()
-        self.engine.passes.wait(launched)
+        self.engine.wait(launched)
         if asynchronous:
             # And what came during the wait: the supervisor hands the next pass's worth over when this
             # pass's EARLY reaches it, which is mostly while the worker waits. Read before the launch, or
@@ -186,7 +186,7 @@ class WorkerLoop:
         self.launched = None
         if asynchronous:
             self.launch()         # the device starts the next pass while this one is answered
-        outcomes = self.engine.passes.finish(launched)
+        outcomes = self.engine.finish(launched)
         for admitted, outcome in zip(launched.batch, outcomes):
             self.ready.append(self._answered(admitted, outcome))
         self.answer()
@@ -204,10 +204,7 @@ class WorkerLoop:
         records = [channel.PassRecord(r.size, r.padded_tokens, r.real_tokens, r.latency_ms, r.ok, list(r.origins))
                    for r in self.batches]
         self.batches.clear()
-        stats = self.engine.stats.as_dict() | {"device_info": device_info(self.engine),
-                                               "prefix_cache": self.engine.prefix_cache_stats(),
-                                               "plan": self.engine.plan_stats()}
-        self.sock.send(channel.encode(kind, answers, stats, records, self.seq))
+        self.sock.send(channel.encode(kind, answers, self.engine.statistics(), records, self.seq))
 
 
 def _body(payload: bytes, media, copies: PrivateCopies) -> dict:
@@ -238,8 +235,3 @@ def _wire(tag, outcome) -> channel.Answer:
         return channel.Answer(tag, False, outcome.to_wire())
     return channel.Answer(tag, True, outcome)
 
-
-def device_info(engine) -> dict:
-    from jevany_daemon.model.devices import devices_report    # torch: imported once the model is
-
-    return devices_report(engine.model.devices)
