@@ -172,23 +172,10 @@ class Engine:
             raise pending.outcome
         return pending.outcome
 
-    def score(self, admitted: list[Admitted], early: Callable[[list[tuple[int, Any]]], None] | None = None
-              ) -> list[dict | JevanyError]:
-        """Score requests handed over together, in as few passes as the limits allow. One thread.
-
-        early, if given, gets [(index, outcome)...] after every pass that has
-        more after it, so a caller can answer those while the rest is scoring.
-        """
+    def score(self, admitted: list[Admitted]) -> list[dict | JevanyError]:
+        """Score requests handed over together, in as few passes as the limits allow. One thread."""
         pendings = [self.pending(a) for a in admitted]
-        queue = deque(pendings)
-        index = {id(p): i for i, p in enumerate(pendings)}
-
-        def run(batch: list[Pending]) -> None:
-            self._run_pending(batch)
-            if early is not None and queue:
-                early([(index[id(p)], p.outcome) for p in batch])
-
-        drain(queue, self._take, run)
+        drain(deque(pendings), self._take, self._run_pending)
         return [p.outcome for p in pendings]
 
     def take(self, queue: deque) -> list[Pending]:
