@@ -28,7 +28,7 @@ def measure(model_dir: Path, dtype: str) -> dict:
         body = {"state": " ".join(["parcel", "late"] * words), "questions": {"q": {"type": "noul"}}}
         stem = engine.admit(body).encoded.stem
         engine.score([engine.admit(body)])
-        sizes[len(stem)] = cache_nbytes(engine.memory.entry(stem).cache)
+        sizes[len(stem)] = cache_nbytes(engine.prefix_cache.entry(stem).cache)
     (n1, b1), (n2, b2) = sorted(sizes.items())
     per_token = (b2 - b1) / (n2 - n1)
     return {"bytes_per_token": per_token, "bytes_per_entry": b1 - per_token * n1,

@@ -56,7 +56,7 @@ def cache_parity(models, cases, args) -> list[dict]:
             hits = on.score([on.admit(b) for b in bodies])
             r = compare(expected + expected, misses + hits)
             rows.append({"arch": arch, "readout": readout, "layout": layout, "dtype": dtype,
-                         "requests": len(bodies), "hits": on.memory.hits, "max_abs_diff": r["max_abs_diff"],
+                         "requests": len(bodies), "hits": on.prefix_cache.hits, "max_abs_diff": r["max_abs_diff"],
                          "decisions_changed": len(r["decisions_changed"])})
             del model, off, on
     return rows

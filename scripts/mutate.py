@@ -102,7 +102,7 @@ MUTATIONS = [
       "tests/engine/test_policy.py"),
     # --- prefix reuse -------------------------------------------------------------------
     m("prefix reuse: a hit costed as if its state ran again", ENGINE + "prefix_reuse.py",
-      "        new, tails = len(enc.stem) - self.memory.peek(enc.stem, enc.tenant), sum(self._tail_lengths(enc))",
+      "        new, tails = len(enc.stem) - self.prefix_cache.peek(enc.stem, enc.tenant), sum(self._tail_lengths(enc))",
       "        new, tails = len(enc.stem), sum(self._tail_lengths(enc))", "tests/engine/test_reuse_costs.py"),
     m("prefix reuse: new stems on the pinned head left out of the one-pass rule", ENGINE + "prefix_reuse.py",
       "            fresh = [s for s in todo if not s.cached or s.base in pinned]",

@@ -83,7 +83,7 @@ class Engine:
             self.max_options = min(self.max_options, self.blend.readout.max_options)
         # With a prefix cache, every request without media continues from the longest
         # prefix the cache holds (prefix_reuse.py); the configured layout serves the rest.
-        self.memory, self._reuse = _prefix_reuse(model, config, getattr(self.encoder, "head", ()), self.stream)
+        self.prefix_cache, self._reuse = _prefix_reuse(model, config, getattr(self.encoder, "head", ()), self.stream)
         window = model.context_window
         self.limits = Limits(min(config.max_state_tokens, window), min(config.max_branch_tokens, window), window,
                              min(config.choice_max_tokens, window))
@@ -143,7 +143,7 @@ class Engine:
         when its pass is launched; what the prefix cache holds is all that can change it in between,
         so it is remembered until the cache changes.
         """
-        generation = self.memory.generation if self.memory is not None else 0
+        generation = self.prefix_cache.generation if self.prefix_cache is not None else 0
         if admitted.costed is not None and admitted.costed[0] == generation:
             return admitted.costed[1]
         admitted.costed = (generation, self._cost(admitted))
@@ -229,9 +229,9 @@ class Engine:
     def _recost(self, queue: deque) -> None:
         """Queued requests costed before the prefix cache last changed, costed again: what it holds
         decides what a pass computes of them, and requests on one stem must agree on it (batching._Cost)."""
-        if self.memory is None:
+        if self.prefix_cache is None:
             return
-        generation = self.memory.generation
+        generation = self.prefix_cache.generation
         for p in islice(queue, SCAN_LIMIT):       # all that take_batch looks at
             if p.item.costed is not None and p.item.costed[0] != generation:
                 self._costed(p)
@@ -301,12 +301,12 @@ class Engine:
         return None if self.replay is None else self.replay.counts.as_dict()
 
     def prefix_cache_stats(self) -> dict:
-        if self.memory is None:
+        if self.prefix_cache is None:
             return {"enabled": False, "size": 0, "hits": 0, "misses": 0}
-        return self.memory.stats()
+        return self.prefix_cache.stats()
 
     def clear_prefix_cache(self) -> int:
-        return 0 if self.memory is None else self.memory.clear()
+        return 0 if self.prefix_cache is None else self.prefix_cache.clear()
 
     def device_info(self) -> dict:
         """The model's devices: name, memory in use and in total (model/devices.py)."""
@@ -321,8 +321,8 @@ class Engine:
         """Forget every pass so far (warm-up), for statistics and the batch policy alike."""
         self.stats.reset()
         self.policy.reset()
-        if self.memory is not None:
-            self.memory.reset()
+        if self.prefix_cache is not None:
+            self.prefix_cache.reset()
         if self.replay is not None:
             self.replay.counts.reset()
 
@@ -335,9 +335,9 @@ def _prefix_reuse(model: DecisionModel, config: EngineConfig, head, stream):
     """(the prefix cache, the layout that continues from it), or (None, None): no cache, or not proven here."""
     if config.prefix_cache <= 0 or model.model_type not in SHARED_PROVEN:
         return None, None
-    memory = PrefixCache(config.prefix_cache, config.prefix_cache_bytes, config.prefix_min_tokens)
+    cache = PrefixCache(config.prefix_cache, config.prefix_cache_bytes, config.prefix_min_tokens)
     reuse = PackedReuse if model.model_type in PACKED_PROVEN and not model.hybrid else RowReuse
-    return memory, reuse(memory, head, stream, model.dtype)
+    return cache, reuse(cache, head, stream, model.dtype)
 
 
 def _pad_id(tokenizer) -> int:

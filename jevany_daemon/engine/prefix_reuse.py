@@ -69,8 +69,8 @@ class _Stem:
 class _Reuse:
     name = "reuse"
 
-    def __init__(self, memory: PrefixCache, head: tuple[int, ...], stream, dtype):
-        self.memory, self.head, self.stream, self.dtype = memory, head, stream, dtype
+    def __init__(self, prefix_cache: PrefixCache, head: tuple[int, ...], stream, dtype):
+        self.prefix_cache, self.head, self.stream, self.dtype = prefix_cache, head, stream, dtype
         self.kit: CacheKit | None = None       # learnt from the first cache a pass returns
         self.share_tokens = SHARE_TOKENS[stream.asynchronous]
         self.row_width = None    # with a shape plan, its choice of the width packed rows fill (Packing.grid)
@@ -88,13 +88,13 @@ class _Reuse:
 
     def _stems(self, backbone: Backbone, encs: list[Encoded]) -> dict[tuple, _Stem]:
         """Each distinct stem of the batch, per tenant, with what the cache holds of it for that tenant."""
-        if self.head and self.head not in self.memory.pinned():
+        if self.head and self.head not in self.prefix_cache.pinned():
             self._pin_head(backbone)
         stems: dict[tuple, _Stem] = {}
         for i, enc in enumerate(encs):
             key = (enc.tenant, enc.stem)
             if key not in stems:
-                stems[key] = _Stem(enc.stem, *self.memory.longest(enc.stem, enc.tenant), tenant=enc.tenant)
+                stems[key] = _Stem(enc.stem, *self.prefix_cache.longest(enc.stem, enc.tenant), tenant=enc.tenant)
             stems[key].requests.append(i)
         return stems
 
@@ -110,21 +110,21 @@ class _Reuse:
         _, cache = backbone(input_ids=sent.ids, attention_mask=padded_causal_mask(padding, self.dtype),
                             padding_mask=padding, position_ids=sent.pos, return_cache=True)
         self.kit = self.kit or CacheKit(cache)
-        if not self.memory.pin(self.head, self.kit.take(cache, 0, 0, n)):
+        if not self.prefix_cache.pin(self.head, self.kit.take(cache, 0, 0, n)):
             self.head = ()     # bigger than the whole byte bound: computed with every request instead
 
     def head_entry(self) -> Block | None:
         """The pinned head's cached rows, which every request continues; None before it is pinned."""
-        return self.memory.pinned_cache(self.head) if self.head else None
+        return self.prefix_cache.pinned_cache(self.head) if self.head else None
 
     def _keep(self, stem: _Stem, row: Block) -> None:
-        self.memory.put(stem.tokens, row, extends=stem.base, tenant=stem.tenant)
+        self.prefix_cache.put(stem.tokens, row, extends=stem.base, tenant=stem.tenant)
 
     def forget(self, encs: list[Encoded]) -> None:
         """Drop every entry a failed pass read or wrote for these requests: one may be what broke it."""
         for enc in encs:
-            while n := self.memory.peek(enc.stem, enc.tenant):
-                self.memory.drop(enc.stem[:n], enc.tenant)
+            while n := self.prefix_cache.peek(enc.stem, enc.tenant):
+                self.prefix_cache.drop(enc.stem[:n], enc.tenant)
 
 
 def stem_key(enc: Encoded) -> tuple:
@@ -140,7 +140,7 @@ class PackedReuse(_Reuse):
     def cost(self, enc: Encoded) -> tuple[Shape, int]:
         """(shape, real tokens) from one lookup in the cache. Requests on one stem make one group in a
         pass (prepare), so their shapes name the stem and what of it the group computes once."""
-        new, tails = len(enc.stem) - self.memory.peek(enc.stem, enc.tenant), sum(self._tail_lengths(enc))
+        new, tails = len(enc.stem) - self.prefix_cache.peek(enc.stem, enc.tenant), sum(self._tail_lengths(enc))
         return Shape(1, new + tails, stem=stem_key(enc), shared=new, tails=tails), new + tails
 
     def prepare(self, encs: list[Encoded], pad_id: int, upload: Upload, backbone: Backbone) -> "_PackedJob":
@@ -161,7 +161,7 @@ class PackedReuse(_Reuse):
                     seg += [k] * len(tail)
                     pos += range(len(stem.tokens), len(stem.tokens) + len(tail))
                     reads[i] += [(g, start + p) for p in branch.readout]
-            kept = bool(stem.new) and self.memory.eligible(stem.tokens)
+            kept = bool(stem.new) and self.prefix_cache.eligible(stem.tokens)
             keep += [g] if kept else []
             # Stems continuing the same cached rows may share a row; one to keep leads its own (column 0).
             packing.add(ids, seg, pos, key=(id(stem.entry), stem.cached) if stem.cached else None, leader=kept)
@@ -220,14 +220,14 @@ class RowReuse(_Reuse):
 
     def cost(self, enc: Encoded) -> tuple[Shape, int]:
         """(shape, real tokens) from one lookup in the cache."""
-        tails, new = self._tail_lengths(enc), len(enc.stem) - self.memory.peek(enc.stem, enc.tenant)
+        tails, new = self._tail_lengths(enc), len(enc.stem) - self.prefix_cache.peek(enc.stem, enc.tenant)
         if self._runs_first(enc.stem, new, len(tails)):
             return Shape(len(tails), max(tails), new), new + sum(tails)
         return Shape(len(tails), new + max(tails)), len(tails) * new + sum(tails)
 
     def _runs_first(self, stem: tuple[int, ...], new: int, rows: int) -> bool:
         """Whether a stem with `new` tokens to compute, read by `rows` rows, runs in a stem pass first."""
-        return new > 0 and (self.memory.eligible(stem) or (rows - 1) * new > self.share_tokens)
+        return new > 0 and (self.prefix_cache.eligible(stem) or (rows - 1) * new > self.share_tokens)
 
     def prepare(self, encs: list[Encoded], pad_id: int, upload: Upload, backbone: Backbone) -> "_RowJob":
         stems = self._stems(backbone, encs)
@@ -254,7 +254,7 @@ class RowReuse(_Reuse):
 
     def _groups(self, todo: list[_Stem]) -> list[list[_Stem]]:
         """Stem passes: new stems from their first token together; continuations by new length."""
-        pinned = set(self.memory.pinned())
+        pinned = set(self.prefix_cache.pinned())
         if len(todo) > 1:
             # Continuing the head alone saves too little to be worth a pass per length.
             fresh = [s for s in todo if not s.cached or s.base in pinned]
@@ -322,5 +322,5 @@ class _RowJob:
         filled = reuse.kit.block(cache)
         p.block.kv, p.block.conv, p.block.recurrent = filled.kv, filled.conv, filled.recurrent
         for r, stem in enumerate(p.group):
-            if reuse.memory.eligible(stem.tokens):
+            if reuse.prefix_cache.eligible(stem.tokens):
                 reuse._keep(stem, p.block.row(r, len(stem.tokens)))

@@ -30,9 +30,9 @@ def warm_up(engine: Engine) -> list[str]:
     scoring is the model or device failing, and stops the load.
     """
     bodies = [_ONE, _TWO]
-    if engine.memory is not None:
+    if engine.prefix_cache is not None:
         # A state long enough to be cached takes the prefix cache's two passes.
-        bodies.append({**_TWO, "state": " ".join(["warm"] * engine.memory.min_tokens)})
+        bodies.append({**_TWO, "state": " ".join(["warm"] * engine.prefix_cache.min_tokens)})
     admitted = []
     for body in bodies:
         try:
@@ -42,7 +42,7 @@ def warm_up(engine: Engine) -> list[str]:
     paths = []
     for a in admitted:
         _run(engine, [a])
-        cached = engine.memory is not None and engine.memory.eligible(a.encoded.stem)
+        cached = engine.prefix_cache is not None and engine.prefix_cache.eligible(a.encoded.stem)
         paths.append(f"{len(a.request.questions)} question(s) alone{', prefix cached' if cached else ''}")
     if len(admitted) > 1 and engine.config.max_batch_size > 1:
         _run(engine, admitted[:2])

@@ -94,7 +94,7 @@ def test_batched_equals_serial_under_cuda_attention(models, serial, arch, readou
         batched = engine.score([engine.admit(b) for b in REQUESTS])
         if layout == "cached":     # the same again: every state a hit, continued from left-padded rows
             batched = engine.score([engine.admit(b) for b in REQUESTS])
-            assert engine.memory.hits >= len(REQUESTS) // 2
+            assert engine.prefix_cache.hits >= len(REQUESTS) // 2
     assert seen.calls > 0                                # the emulation sat in the attention path
     assert all(isinstance(r, dict) for r in alone + batched), [r for r in alone + batched if not isinstance(r, dict)]
     assert all(r["batch"]["size"] == len(REQUESTS) for r in batched)   # one pass, not rescored alone

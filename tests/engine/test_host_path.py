@@ -68,7 +68,7 @@ def test_a_pass_of_misses_and_of_hits_is_one_forward_one_upload_one_sync(loaded_
         kept_miss = bodies is long and counts.forwards > 1
         assert counts.forwards == (2 if kept_miss else 1), counts
         assert not kept_miss or arch == "qwen3_5"                     # attention-only models keep in one forward
-    assert engine.memory.hits >= 1
+    assert engine.prefix_cache.hits >= 1
 
 
 def test_ops_outside_the_forward_grow_neither_with_requests_nor_with_depth(tiny_model, tmp_path):
@@ -94,12 +94,12 @@ def test_cached_entries_are_never_written_by_the_passes_that_read_them(loaded_mo
     long = [{**b, "state": " ".join(["parcel", "lost"] * 60)} for b in workloads.short(2, seed=5)]
     engine.score(engine.admit_many(long))
     snapshot = [(e, [t.clone() for t in (e.cache.kv, e.cache.conv, e.cache.recurrent) if t is not None])
-                for e in engine.memory.entries()]
+                for e in engine.prefix_cache.entries()]
     assert len(snapshot) == 2                                          # the head and the long state
     for bodies in (long[:1], long, workloads.short(1, seed=6), workloads.short(5, seed=7)):   # alone and together
         engine.score(engine.admit_many(bodies))
     for entry, tensors in snapshot:
-        assert any(entry is kept for kept in engine.memory.entries())     # still held, not replaced
+        assert any(entry is kept for kept in engine.prefix_cache.entries())     # still held, not replaced
         now = [t for t in (entry.cache.kv, entry.cache.conv, entry.cache.recurrent) if t is not None]
         assert all(torch.equal(a, b) for a, b in zip(tensors, now)), entry.pinned
 
@@ -109,7 +109,7 @@ def test_rows_continuing_the_head_read_its_recurrent_states_where_they_are_kept(
     a gigabyte at 0.8B in FP32), nor of the pass's final states over them: the layers are handed views."""
     engine = Engine(loaded_model("qwen3_5", "choice"), EngineConfig(**GREEDY))
     engine.score(engine.admit_many(workloads.short(2, seed=1)))       # pins the prompt's head
-    head = next(e.cache.recurrent for e in engine.memory.entries() if e.pinned)
+    head = next(e.cache.recurrent for e in engine.prefix_cache.entries() if e.pinned)
     recurrent = lambda cache: [layer.recurrent_states[0] for layer in cache.layers
                                if isinstance(getattr(layer, "recurrent_states", None), dict)]
     with caches_given(engine, recurrent) as given:
@@ -159,7 +159,7 @@ def test_continuing_the_head_alone_or_together_gives_the_answers_of_rows(loaded_
             got = engine.score(engine.admit_many(bodies))
         report = compare(expected, got)
         assert report["max_abs_diff"] <= 1e-5 and not report["decisions_changed"], (settings, report)
-        assert seen.dead_rows == 0 and len(engine.memory) == 0
+        assert seen.dead_rows == 0 and len(engine.prefix_cache) == 0
 
 
 def test_op_time_measures_the_ops_outside_the_forward_and_only_them(loaded_model):

@@ -148,7 +148,7 @@ def test_shared_rows_give_the_answers_of_rows(loaded_model, cache):
         assert seen.dead_rows == 0
         assert seen_rows[-1] < len(bodies), (round_, seen_rows)          # requests really shared rows
     if cache:
-        assert engine.memory.hits >= 3 and len(engine.memory) >= 3    # the long states were kept and reused
+        assert engine.prefix_cache.hits >= 3 and len(engine.prefix_cache) >= 3    # the long states were kept and reused
 
 
 def test_a_state_to_keep_leads_its_row_so_its_keys_are_cut_whole(loaded_model):
@@ -168,7 +168,7 @@ def test_a_state_to_keep_leads_its_row_so_its_keys_are_cut_whole(loaded_model):
     for round_ in ("misses", "hits"):
         report = compare(expected, engine.score(engine.admit_many(bodies)))
         assert report["max_abs_diff"] <= 1e-5 and not report["decisions_changed"], (round_, report)
-    assert seen_rows[1] == 2 and engine.memory.hits == 2      # three groups in two rows; both kept states read back
+    assert seen_rows[1] == 2 and engine.prefix_cache.hits == 2      # three groups in two rows; both kept states read back
 
 
 def test_requests_continuing_one_kept_state_never_overrun_the_packed_token_bound(loaded_model):
@@ -192,16 +192,16 @@ def test_requests_continuing_one_kept_state_never_overrun_the_packed_token_bound
     passes = []
     engine.observer = passes.append
     for round_ in ("misses", "hits"):               # the misses keep the state
-        hits, before, passes[:] = engine.memory.hits, engine.stats.real_tokens, []
+        hits, before, passes[:] = engine.prefix_cache.hits, engine.stats.real_tokens, []
         admitted = engine.admit_many(bodies)
         stems = {a.encoded.stem for a in admitted}
         # what the passes compute: each distinct stem's uncached part once, then every question
-        computed = sum(len(s) - engine.memory.peek(s) for s in stems) + sum(
+        computed = sum(len(s) - engine.prefix_cache.peek(s) for s in stems) + sum(
             len(a.encoded.prefix) - len(a.encoded.stem) + len(b.tokens) for a in admitted for b in a.encoded.branches)
         got = engine.score(admitted)
         assert len(stems) == 4 and engine.stats.real_tokens - before == computed, round_   # 3 short, 1 shared
         assert all(p.padded_tokens <= limit for p in passes), (round_, passes)
         assert sum(p.size for p in passes) == len(bodies) and len(passes) > 1, round_
-    assert engine.memory.hits > hits
+    assert engine.prefix_cache.hits > hits
     report = compare(expected, got)
     assert report["max_abs_diff"] <= 1e-5 and not report["decisions_changed"], report

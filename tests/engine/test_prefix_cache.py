@@ -141,7 +141,7 @@ def test_cached_prefixes_give_the_answers_computing_them_gives(loaded_model, arc
     expected = _alone(reference, REQUESTS)
     first = cached.score([cached.admit(b) for b in REQUESTS[:10]])                  # all misses
     mixed = cached.score([cached.admit(b) for b in REQUESTS[5:] + REQUESTS[:5]])    # hits batched with misses
-    assert cached.memory.hits >= 10 and cached.memory.misses >= 16
+    assert cached.prefix_cache.hits >= 10 and cached.prefix_cache.misses >= 16
     assert any(r["batch"]["size"] > 1 for r in mixed)
     _assert_same(expected[:10], first)
     _assert_same(expected[5:] + expected[:5], mixed)
@@ -163,19 +163,19 @@ def test_an_agents_next_turn_computes_only_what_is_new(loaded_model, arch):
     for turn in range(4):
         batch = AGENT[turn * 3:(turn + 1) * 3]
         stems = [cached.admit(b).encoded.stem for b in batch]
-        reused, before = cached.memory.reused_tokens, len(passes)
+        reused, before = cached.prefix_cache.reused_tokens, len(passes)
         got += cached.score([cached.admit(b) for b in batch])
         if previous:
             # each session's stem continued exactly from its last turn's
             assert all(s[:len(p)] == p for s, p in zip(stems, previous))
-            assert cached.memory.reused_tokens - reused == sum(map(len, previous))
+            assert cached.prefix_cache.reused_tokens - reused == sum(map(len, previous))
             cold = _cached(cached.model)
             cold_passes = _count_tokens(cold)
             cold.score([cold.admit(b) for b in batch])    # the same turns with only the head kept
             saved = sum(len(p) - len(cached.encoder.head) for p in previous)
             assert (sum(n for _, n, _ in passes[before:]) <= sum(n for _, n, _ in cold_passes) - saved / 2)
         previous = stems
-    assert cached.memory.hits == 0 and cached.memory.misses == len(AGENT)   # every turn is a new state
+    assert cached.prefix_cache.hits == 0 and cached.prefix_cache.misses == len(AGENT)   # every turn is a new state
     _assert_same(_alone(reference, AGENT), got)
 
 
@@ -199,10 +199,10 @@ def test_the_prompts_head_is_computed_once_per_engine(loaded_model):
     for chunk in (REQUESTS[:4], REQUESTS[4:8], REQUESTS[8:]):
         cached.score([cached.admit(b) for b in chunk])
     assert [p for p in passes if p == (1, len(head), False)] == [(1, len(head), False)]
-    assert cached.memory.pinned() == [head] and cached.prefix_cache_stats()["pinned_tokens"] == len(head)
-    held = len(cached.memory)
+    assert cached.prefix_cache.pinned() == [head] and cached.prefix_cache_stats()["pinned_tokens"] == len(head)
+    held = len(cached.prefix_cache)
     assert held == len(REQUESTS) and cached.clear_prefix_cache() == held
-    assert len(cached.memory) == 0 and cached.memory.pinned() == [head]
+    assert len(cached.prefix_cache) == 0 and cached.prefix_cache.pinned() == [head]
 
 
 def test_identical_states_in_one_batch_are_computed_once(loaded_model):
@@ -212,14 +212,14 @@ def test_identical_states_in_one_batch_are_computed_once(loaded_model):
         results = cached.score([cached.admit(b) for b in SAME_STATE])
         assert len({r["batch"]["size"] for r in results}) == 1
         assert passes[0][0] == 1                      # one row for the state, whoever asks about it
-        assert len(cached.memory) == 1
+        assert len(cached.prefix_cache) == 1
 
 
 def test_a_failed_pass_drops_the_prefixes_it_used(loaded_model):
     for arch in ("qwen3", "qwen3_5"):
         _, cached = _engines(loaded_model, arch, "choice")
         cached.score([cached.admit(b) for b in REQUESTS[:4]])
-        assert len(cached.memory) == 4 and cached.memory.pinned()
+        assert len(cached.prefix_cache) == 4 and cached.prefix_cache.pinned()
         real = cached.passes.backbone
 
         def fails(**inputs):
@@ -229,11 +229,11 @@ def test_a_failed_pass_drops_the_prefixes_it_used(loaded_model):
         outcomes = cached.score([cached.admit(b) for b in REQUESTS[:2]])
         assert all(not isinstance(o, dict) for o in outcomes)
         stems = {cached.admit(b).encoded.stem for b in REQUESTS[:2]}
-        assert not stems & set(cached.memory.keys()) and len(cached.memory) == 2
-        assert cached.memory.pinned() == []           # the head they continued may be what broke
+        assert not stems & set(cached.prefix_cache.keys()) and len(cached.prefix_cache) == 2
+        assert cached.prefix_cache.pinned() == []           # the head they continued may be what broke
         cached.passes.backbone = real
         assert all(isinstance(o, dict) for o in cached.score([cached.admit(b) for b in REQUESTS[:2]]))
-        assert cached.memory.pinned()                 # computed again on the next pass
+        assert cached.prefix_cache.pinned()                 # computed again on the next pass
 
 
 def test_cached_rows_leave_no_query_without_a_key(loaded_model):
@@ -275,14 +275,14 @@ def test_requests_with_media_never_take_the_cached_path(loaded_model):
 def test_the_byte_bound_holds_in_the_engine_under_a_flood_of_states(loaded_model):
     engine = _cached(loaded_model("qwen3", "choice"), prefix_cache=1000)
     one = engine.score([engine.admit(REQUESTS[0])])[0]
-    per_entry = engine.memory.bytes - sum(cache_nbytes(engine.memory.entry(k).cache)
-                                          for k in engine.memory.pinned())
-    bound = engine.memory.bytes + 2 * per_entry
-    engine.memory.max_bytes = bound
+    per_entry = engine.prefix_cache.bytes - sum(cache_nbytes(engine.prefix_cache.entry(k).cache)
+                                          for k in engine.prefix_cache.pinned())
+    bound = engine.prefix_cache.bytes + 2 * per_entry
+    engine.prefix_cache.max_bytes = bound
     for batch in range(3):
         engine.score([engine.admit(b) for b in workloads.mixed(12, seed=100 + batch, max_words=30)])
-        assert engine.memory.bytes <= bound
-    assert engine.memory.evictions > 0 and engine.memory.pinned()
+        assert engine.prefix_cache.bytes <= bound
+    assert engine.prefix_cache.evictions > 0 and engine.prefix_cache.pinned()
     assert one["answers"]
 
 
@@ -372,12 +372,12 @@ def test_requests_of_different_tenants_never_share_a_cached_state(loaded_model, 
     body = REQUESTS[0]
     expected = _alone(reference, [body])
     cached.score([cached.admit(body, tenant="alice")])
-    hits = cached.memory.hits
+    hits = cached.prefix_cache.hits
     passes = _count_tokens(cached)
     got = cached.score([cached.admit(body, tenant="bob")])
-    assert cached.memory.hits == hits                              # bob's lookup did not see alice's entry
+    assert cached.prefix_cache.hits == hits                              # bob's lookup did not see alice's entry
     assert sum(n for _, n, _ in passes) > len(cached.admit(body).encoded.stem) - len(cached.encoder.head)
     _assert_same(expected, got)
     again = cached.score([cached.admit(body, tenant="bob")])       # bob's own entry serves bob
-    assert cached.memory.hits == hits + 1
+    assert cached.prefix_cache.hits == hits + 1
     _assert_same(expected, again)

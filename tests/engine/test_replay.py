@@ -182,7 +182,7 @@ def test_a_pass_outside_the_plan_runs_as_it_comes_and_is_counted(loaded_model):
     assert isinstance(outcome[0], dict)
     assert engine.plan_stats()["eager"] == {"layout": 1}
     engine.score(engine.admit_many([long_state]))                 # a hit on it: not the head
-    assert engine.plan_stats()["eager"] == {"layout": 2} and engine.memory.hits == 1
+    assert engine.plan_stats()["eager"] == {"layout": 2} and engine.prefix_cache.hits == 1
     # On a hybrid model every question is a row: three of a 60-word state are 3 x 256 padded, past 512.
     engine = planned(loaded_model("qwen3_5", "choice"))
     body = workloads.request(__import__("random").Random(18), 60, 3, structured=False)

@@ -19,7 +19,7 @@ def test_a_hit_costs_only_what_its_cached_state_leaves_to_compute(loaded_model):
         (rows, width, prefix, *_), real = engine.cost(admitted)
         tails = sum(len(engine._reuse._tails(admitted.encoded)[i]) for i in range(len(admitted.encoded.branches)))
         stem = len(admitted.encoded.stem)
-        assert engine.memory.peek(admitted.encoded.stem) == stem
+        assert engine.prefix_cache.peek(admitted.encoded.stem) == stem
         assert real == tails == rows * width + prefix, (arch, rows, width, prefix, real)
         (cold_rows, cold_width, cold_prefix, *_), cold_real = cold
         assert cold_rows * cold_width + cold_prefix >= real + stem - len(engine.encoder.head)
@@ -32,8 +32,8 @@ def test_a_hit_costs_only_what_its_cached_state_leaves_to_compute(loaded_model):
 def test_new_hybrid_states_of_different_lengths_run_from_their_first_token_in_one_pass(loaded_model):
     engine = cached_engine(loaded_model("qwen3_5", "choice"))
     engine.score(engine.admit_many(workloads.short(1, seed=9)))
-    assert engine.memory.pinned()                  # each new stem could continue the pinned head...
-    held, real, calls = len(engine.memory), engine.passes.backbone, []
+    assert engine.prefix_cache.pinned()                  # each new stem could continue the pinned head...
+    held, real, calls = len(engine.prefix_cache), engine.passes.backbone, []
 
     def counting(**inputs):
         calls.append(inputs["input_ids"].shape)
@@ -46,7 +46,7 @@ def test_new_hybrid_states_of_different_lengths_run_from_their_first_token_in_on
     # first token for all three, then one pass for their rows
     assert len(calls) == 2, calls
     assert calls[0][0] == 3 and calls[1][0] == 3
-    assert len(engine.memory) == held + 3
+    assert len(engine.prefix_cache) == held + 3
 
 
 def test_requests_queued_before_the_cache_changed_are_costed_again_when_a_batch_is_taken(loaded_model):
@@ -61,7 +61,7 @@ def test_requests_queued_before_the_cache_changed_are_costed_again_when_a_batch_
     engine.score([engine.admit(bodies[0])])                      # keeps the state
     queue = deque(engine.pending(a) for a in engine.admit_many(bodies))
     assert {p.shared for p in queue} == {0}                      # hits: nothing of the state to compute
-    engine.memory.drop(queue[0].item.encoded.stem)               # evicted while they wait
+    engine.prefix_cache.drop(queue[0].item.encoded.stem)               # evicted while they wait
     taken = engine.take(queue)
     stem = taken[0].item.encoded.stem
-    assert len(taken) == 3 and {p.shared for p in taken} == {len(stem) - engine.memory.peek(stem)} != {0}
+    assert len(taken) == 3 and {p.shared for p in taken} == {len(stem) - engine.prefix_cache.peek(stem)} != {0}

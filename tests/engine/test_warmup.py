@@ -23,7 +23,7 @@ def test_the_prefix_cache_path_is_warmed_then_emptied(make_engine):
     assert engine.prefix_cache_stats() | {"max_entries": 0, "bytes": 0} == {
         "enabled": True, "size": 0, "max_entries": 0, "bytes": 0, "max_bytes": 1 << 30, "min_tokens": 64,
         "hits": 0, "misses": 0, "evictions": 0, "reused_tokens": 0, "pinned_tokens": len(head)}
-    assert engine.memory.pinned() == [head] and engine.memory.bytes > 0
+    assert engine.prefix_cache.pinned() == [head] and engine.prefix_cache.bytes > 0
 
 
 def test_without_batching_there_is_no_batched_path(make_engine):
