@@ -62,11 +62,13 @@ def tiny_model(
         "[default: off]", show_default=False,
     ),
 ) -> None:
-    """Build a tiny random model of a real architecture, with a tokenizer trained on the spot.
+    """A tiny random model; --trained: the starter model.
 
-    For tests and smoke deployments: nothing is downloaded, and the result
-    loads through the same path as a real model or JevAny checkpoint. With
-    --trained the weights are trained, not random (see --trained).
+    Either has a real architecture and a tokenizer trained on the spot;
+    nothing is downloaded. A random model is for tests and smoke
+    deployments; the starter model is a small checkpoint that decides a real
+    suite. Either loads through the same path as a real model or JevAny
+    checkpoint.
     """
     if trained:
         _trained_model(ctx, out or STARTER_DIR, seed)

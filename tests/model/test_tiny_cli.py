@@ -15,6 +15,11 @@ def test_help_lists_commands():
     assert "tiny-model" in result.output
 
 
+def test_the_commands_summary_names_both_models_tiny_model_builds():
+    summary = next(line for line in runner.invoke(app, ["--help"]).output.splitlines() if "tiny-model" in line)
+    assert "random" in summary and "--trained" in summary and "starter" in summary
+
+
 def test_no_arguments_shows_help():
     result = runner.invoke(app, [])
     assert "tiny-model" in result.output
