@@ -97,9 +97,9 @@ class ClientOps:
 
     def op_decide(self, sock, envelope, request, received, payload):
         sup = self.sup
-        if sup.state in ("draining", "drained"):
-            raise ShuttingDownError(f"the daemon is {sup.state} and takes no new work")
-        if sup._failure:
+        if sup.run_state.winding_down:
+            raise ShuttingDownError(f"the daemon is {sup.run_state.state} and takes no new work")
+        if sup.run_state.failure:
             raise ShuttingDownError("the daemon is stopping")
         media = decide_media(request, payload)
         if media and sup.media is None:
@@ -129,7 +129,7 @@ class ClientOps:
         sup = self.sup
         if not ok:
             sup.reply_error(entry, InvalidRequestError(outcome))
-        elif sup._stop_now:
+        elif sup.run_state.stopping_now:
             sup.reply_error(entry, ShuttingDownError("the daemon stopped before scoring this request"))
         else:
             entry.media = outcome
@@ -170,7 +170,7 @@ class ClientOps:
 
     def op_drain(self, sock, envelope, request, received, payload):
         self.sup.begin_drain(exiting=False, cause="drain op")
-        self.sup._drain_waiters.append((sock, envelope, request.id))
+        self.sup.run_state.await_drain((sock, envelope, request.id))
         self.sup.record(request.op, None)
         return None
 

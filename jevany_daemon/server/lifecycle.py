@@ -99,7 +99,8 @@ def close(sup) -> None:
         sup.signals.close()
     sup.metrics.close()
     sup.notifier.close()
-    event(log, "stop", exit_code=sup.exit_code, **({"error": sup._failure} if sup._failure else {}))
+    failure = sup.run_state.failure
+    event(log, "stop", exit_code=sup.run_state.exit_code, **({"error": failure} if failure else {}))
 
 
 def _start_curve(sup) -> None:

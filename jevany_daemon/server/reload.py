@@ -15,6 +15,7 @@ from jevany_client.errors import InternalError, JevanyError, ShuttingDownError
 from jevany_client.protocol import error_reply, ok_reply
 
 from .logs import event
+from .run_state import READY
 from .settings import ServeSettings, SettingsError
 
 log = logging.getLogger("jevany.reload")
@@ -42,9 +43,10 @@ class Reloads:
             self.current.waiters += [waiter] if waiter else []
             return
         sup = self.sup
-        if sup.state != "ready":
-            stopping = sup.state in ("draining", "drained")
-            why = f"the daemon is {sup.state}" if stopping else "the daemon is still starting"
+        state = sup.run_state.state
+        if state != READY:
+            stopping = sup.run_state.winding_down
+            why = f"the daemon is {state}" if stopping else "the daemon is still starting"
             err_cls = ShuttingDownError if stopping else InternalError
             return self._refuse(waiter, cause, err_cls(f"reload refused: {why}"))
         try:

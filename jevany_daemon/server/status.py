@@ -182,8 +182,8 @@ def daemon_status(sup, private: bool = True) -> dict:
     return {
         "version": sup.version,
         "pid": os.getpid(),
-        "uptime_s": round(sup.clock() - sup.started, 3),
-        "state": sup.state,
+        "uptime_s": round(sup.clock() - sup.run_state.started, 3),
+        "state": sup.run_state.state,
         "endpoints": list(sup.settings.endpoints),
         "control_endpoint": sup.settings.control_endpoint,
         "max_message_bytes": sup.settings.max_message_bytes,
@@ -209,5 +209,5 @@ def daemon_status(sup, private: bool = True) -> dict:
 def status_line(sup, decide_per_s: float) -> str:
     serving = sup.pool.serving()
     up = sum(w.state in ("idle", "busy") for w in serving)
-    return (f"{sup.state}: {up}/{len(serving)} workers, queue {len(sup.queue)}/{sup.queue.max_depth}, "
+    return (f"{sup.run_state.state}: {up}/{len(serving)} workers, queue {len(sup.queue)}/{sup.queue.max_depth}, "
             f"{decide_per_s:.1f} decide/s, {sup.counters.by_op['decide']} decided")

@@ -43,6 +43,7 @@ from .logs import RateLimited, event
 from .media_checks import MediaChecks
 from .metrics import Metrics
 from .reload import Reloads
+from .run_state import DRAINING, READY, STARTING, RunState
 from .sdnotify import Notifier
 from .settings import ServeSettings
 from .signals import SignalFlags
@@ -68,26 +69,19 @@ class Supervisor:
         self.notifier = Notifier(env)
         self.reloads = Reloads(self, reload_settings or (lambda: settings))
         self.overloads = RateLimited(log, "overload", OVERLOAD_LOG_EVERY_S, clock, level=logging.WARNING)
-        self.state = "starting"
+        self.run_state = RunState(started=clock())
         self.version = __version__
-        self.started = clock()
-        self.exit_code = 0
-        self.done = False
         self.zap = None
         self.gateway: GatewayProcess | None = None    # the HTTP gateway, with --http
         self.media: MediaChecks | None = None          # the media checker, with --media-root
         self.metrics_url = None
         self.signals: SignalFlags | None = None
-        self._stop_now = False
-        self._exiting = False              # drain ends in exit (signal) rather than idling (drain op)
-        self._drain_waiters: list = []     # control clients awaiting "drained"
         self.clears = CacheClears()        # control clients awaiting clear_cache's count
         self.gather = Gather()             # when a free worker waits for answered clients (GPU-aware)
         self._gather_until: float | None = None
         self.ops = ClientOps(self)         # each client message and its op
         self.events = WorkerEvents(self)   # each worker message and exit; the answers to send
         self._listeners: list = []         # every bound client endpoint (sockets.Listener)
-        self._failure: str | None = None
         self._next_report = self._next_watchdog = clock()
         self._decided_at_report = (0, clock())
 
@@ -96,14 +90,14 @@ class Supervisor:
     def run(self) -> int:
         try:
             self.start()
-            while not self.done:
+            while not self.run_state.done:
                 self.tick()
         except StartupError as exc:
-            self.exit_code, self._failure = 1, str(exc)     # what the stop event reports, and the exit status
+            self.run_state.fail(str(exc))     # what the stop event reports, and the exit status
             raise
         finally:
             self.close()
-        return self.exit_code
+        return self.run_state.exit_code
 
     def start(self) -> None:
         lifecycle.start(self)
@@ -154,8 +148,8 @@ class Supervisor:
             if signum == signal.SIGHUP:
                 self.reloads.begin(cause="SIGHUP")
                 continue
-            if self.state == "draining" and self._exiting:
-                self._stop_now = True     # a second signal: stop without waiting for the queue
+            if self.run_state.stopping:
+                self.run_state.stop_now()     # a second signal: stop without waiting for the queue
             self.begin_drain(exiting=True, cause=signal.Signals(signum).name)
 
     def authenticate(self, ready: dict) -> None:
@@ -245,7 +239,7 @@ class Supervisor:
                 self.ops.media_checked(entry, ok, outcome)
         if self.gateway is not None:
             # While stopping, one that exits is reaped but not started again.
-            self.gateway.watch(restart=not (self.state == "draining" and self._exiting))
+            self.gateway.watch(restart=not self.run_state.stopping)
 
     def guard_fds(self) -> None:
         self.peers.read()
@@ -259,27 +253,22 @@ class Supervisor:
         return {e.envelope.peer.fd for e in entries if getattr(e.envelope, "peer", None) is not None}
 
     def finish_drain(self) -> None:
-        if self.state != "draining":
+        if self.run_state.state != DRAINING:
             return
-        if self._stop_now:
+        if self.run_state.stopping_now:
             waiting = self.queue.take_all() + (self.media.close_waiting() if self.media is not None else [])
             for entry in waiting:
                 self.reply_error(entry, ShuttingDownError("the daemon stopped before scoring this request"))
         if len(self.queue) or self.pool.inflight() or (self.media is not None and self.media.pending()):
             return
-        for sock, envelope, rid in self._drain_waiters:
+        for sock, envelope, rid in self.run_state.drained():
             self.send(sock, envelope, ok_reply(rid, {"state": "drained"}))
-        self._drain_waiters.clear()
-        if self._exiting:
-            self.done = True
-        else:
-            self.state = "drained"      # what status says from now on: nothing left, nothing taken
 
     def report(self) -> None:
         now = self.clock()
         if self.metrics_url is not None:     # a few label lookups per tick, on every request's path
             self.metrics.gauges(len(self.queue), self.queue.max_depth, self.pool.inflight(),
-                                [w.state for w in self.pool.workers], self.state == "ready")
+                                [w.state for w in self.pool.workers], self.run_state.state == READY)
             self.metrics.prefix_cache_stats(prefix_cache(self))
             self.metrics.plan_stats(plan_status(self))
             self.metrics.descriptors(self.fd_guard.describe())
@@ -303,21 +292,19 @@ class Supervisor:
     # --- stopping --------------------------------------------------------
 
     def begin_drain(self, exiting: bool, cause: str) -> None:
-        if self.state not in ("draining", "drained"):
+        if not self.run_state.winding_down:
             event(log, "drain", cause=cause, queued=len(self.queue), inflight=self.pool.inflight())
             self.notifier.stopping(f"draining: {cause}")
             self.reloads.cancel("the daemon began draining")
-        self.state = "draining"
-        self._exiting = self._exiting or exiting
+        self.run_state.begin_drain(exiting)
 
     def fail(self, message: str, exit_code: int = 1) -> None:
         """Stop the daemon: nothing can serve (a model that will not load; exit 2: settings that cannot work)."""
-        self._failure = self._failure or message
-        event(log, "startup_failed" if self.state == "starting" else "failed", level=logging.ERROR,
-              error=self._failure)
-        self.exit_code = exit_code
+        failure = self.run_state.fail(message, exit_code)
+        event(log, "startup_failed" if self.run_state.state == STARTING else "failed", level=logging.ERROR,
+              error=failure)
         self.begin_drain(exiting=True, cause="worker failed to start")
-        self._stop_now = True
+        self.run_state.stop_now()
 
     # --- replies ---------------------------------------------------------
 

@@ -13,6 +13,7 @@ from jevany_client.errors import InternalError, WorkerLostError, error_from_wire
 
 from . import channel
 from .logs import event
+from .run_state import STARTING
 from .workers import BUSY, IDLE, STOPPING, WorkerHandle
 
 log = logging.getLogger("jevany.supervisor")
@@ -60,11 +61,11 @@ class WorkerEvents:
         event(log, "worker_ready", index=worker.slot, pid=hello["pid"], generation=worker.generation,
               model=worker.model["id"], readout=worker.model["readout"], layout=worker.model["layout"],
               device=worker.device, load_s=hello.get("load_s"), **fields)
-        if sup.state == "starting" and all(w.ready_once for w in sup.pool.serving()):
-            sup.state = "ready"
+        if sup.run_state.state == STARTING and all(w.ready_once for w in sup.pool.serving()):
+            sup.run_state.ready()
             sup.metrics.describe_model(sup.model_description())
             event(log, "ready", workers=len(sup.pool.serving()), model=worker.model["id"],
-                  seconds=round(sup.clock() - sup.started, 3))
+                  seconds=round(sup.clock() - sup.run_state.started, 3))
             sup.notifier.ready(sup.status_line())
 
     def on_early(self, worker: WorkerHandle, results: list, stats: dict, batches: list, seq=None) -> None:
@@ -119,9 +120,9 @@ class WorkerEvents:
 
     def replace_or_fail(self, worker: WorkerHandle, cause: str) -> None:
         sup = self.sup
-        if sup.state == "draining" and sup._exiting:
+        if sup.run_state.stopping:
             return
-        never_served = sup.state == "starting" and not worker.ready_once
+        never_served = sup.run_state.state == STARTING and not worker.ready_once
         code = worker.proc.returncode
         # A model that will not load will not load again. A plan that would warm past its limit is a settings
         # error at start; for a replacement while others serve, the estimate may have met a busy machine, so

@@ -160,7 +160,7 @@ def test_the_supervisor_stores_what_workers_report():
     model = {"id": "tiny", "source": "/m", "readout": "pointer", "layout": "packed", "device": "cuda:0",
              "dtype": "fp32"}
     sup.events.on_ready(worker, {"pid": 4242, "model": model, "device_info": H200})
-    assert worker.device_info == H200 and sup.state == "ready"
+    assert worker.device_info == H200 and sup.run_state.state == "ready"
     assert sup.model_description()["device"] == "cpu"       # the operator's name, not the worker's own
     sup.events.take_answers(worker, [], {"batches": 1, "device_info": {**H200, "memory_used_bytes": 1}}, [])
     assert worker.device_info["memory_used_bytes"] == 1 and worker.stats == {"batches": 1}
@@ -288,12 +288,16 @@ def _events_with(state: str):
     """WorkerEvents over a supervisor stand-in: what replace_or_fail reads and calls, recorded."""
     from types import SimpleNamespace
 
+    from jevany_daemon.server.run_state import RunState
     from jevany_daemon.server.worker_events import WorkerEvents
 
     done = {"failed": None, "replaced": 0}
     counter = SimpleNamespace(inc=lambda: None)
+    run_state = RunState(0.0)
+    if state == "ready":
+        run_state.ready()
     sup = SimpleNamespace(
-        state=state, _exiting=False, settings=None,
+        run_state=run_state, settings=None,
         fail=lambda message, exit_code=1: done.update(failed=(message, exit_code)),
         pool=SimpleNamespace(replace=lambda w, s: done.update(replaced=done["replaced"] + 1)
                              or SimpleNamespace(restarts=1, pid=2)),
