@@ -8,7 +8,6 @@ result, replied at once, or None where the reply comes later: a worker's
 answer, every worker cleared, the queue drained, the new workers serving.
 The supervisor's receive-from-clients phase hands each message here.
 """
-import logging
 from itertools import count
 
 from jevany_client.errors import (
@@ -19,18 +18,15 @@ from jevany_client.errors import (
     OverloadedError,
     ShuttingDownError,
 )
-from jevany_client.protocol import CONTROL_OPS, Request, decode_envelope, decode_request, error_reply, ok_reply
+from jevany_client.protocol import CONTROL_OPS, Request, decode_envelope, decode_request
 from jevany_client.schema import Media, parse_decision, parse_media
 
 from jevany_daemon import __version__
 
 from . import channel
 from .admission import Entry
-from .logs import event
 from .peers import may_control
 from .workers import STOPPING
-
-log = logging.getLogger("jevany.supervisor")
 
 # A message up to this size is decoded and checked whole in the loop: about
 # 5 ms at most on a 2-core host, whatever its shape (4 KiB of empty maps, the
@@ -71,8 +67,7 @@ class ClientOps:
         try:
             request = decoded(payload)
         except JevanyError as exc:
-            sup.record(None, exc.code, transport=sup.transport(sock))
-            sup.send(sock, envelope, error_reply(exc.request_id, exc))
+            sup.replies.refuse(sock, envelope, None, exc.request_id, exc)
             return
         try:
             if request.op in CONTROL_OPS and sock is not sup.control:
@@ -82,16 +77,10 @@ class ClientOps:
             handler = getattr(self, f"op_{request.op}")
             result = handler(sock, envelope, request, received, payload)
         except JevanyError as exc:
-            sup.record(request.op, exc.code, transport=sup.transport(sock))
-            if request.op == "decide" and sup.settings.log_requests:
-                # Refused before it was queued (overloaded, shutting_down, a bad body): still one line.
-                event(log, "request", id=request.id, outcome=exc.code)
-            reply = error_reply(request.id, exc)
-            sup.send(sock, envelope, sup.with_load(reply) if request.op == "decide" else reply)
+            sup.replies.refuse(sock, envelope, request.op, request.id, exc)
             return
         if result is not None:
-            sup.record(request.op, None, transport=sup.transport(sock))
-            sup.send(sock, envelope, ok_reply(request.id, result))
+            sup.replies.answer(sock, envelope, request.op, request.id, result)
 
     # --- decide ------------------------------------------------------------
 
@@ -113,7 +102,7 @@ class ClientOps:
         # Queue the bytes, not the decoded body: a decoded msgpack value can be
         # tens of times its wire size, and the worker decodes it anyway.
         entry = Entry(next(self._tags), sock, envelope, request.id, payload, received, deadline,
-                      sup.transport(sock))
+                      sup.replies.transport(sock))
         sup.gather.arrived(entry.client, received)
         if media:
             sup.media.submit(entry, [[m.type, m.uri] for m in media])   # queued once checked
@@ -128,9 +117,9 @@ class ClientOps:
         and it leaves the checks as it joins the queue, so the two together never grow here."""
         sup = self.sup
         if not ok:
-            sup.reply_error(entry, InvalidRequestError(outcome))
+            sup.replies.reply_error(entry, InvalidRequestError(outcome))
         elif sup.run_state.stopping_now:
-            sup.reply_error(entry, ShuttingDownError("the daemon stopped before scoring this request"))
+            sup.replies.reply_error(entry, ShuttingDownError("the daemon stopped before scoring this request"))
         else:
             entry.media = outcome
             sup.queue.push(entry)
@@ -161,17 +150,13 @@ class ClientOps:
         for worker in ready:     # a busy worker answers once its batch is done
             sup.pool.backend.send_multipart([worker.identity, channel.encode(channel.CLEAR)])
         sup.clears.begin((sock, envelope, request.id), {w.identity for w in ready})
-        sup.record(request.op, None)
-        return None    # the reply comes when every worker has cleared
-
-    def finish_clears(self, done: list) -> None:
-        for (sock, envelope, rid), cleared in done:
-            self.sup.send(sock, envelope, ok_reply(rid, {"cleared": cleared}))
+        sup.replies.record(request.op, None)
+        return None    # the reply comes when every worker has cleared (replies.cleared)
 
     def op_drain(self, sock, envelope, request, received, payload):
         self.sup.begin_drain(exiting=False, cause="drain op")
         self.sup.run_state.await_drain((sock, envelope, request.id))
-        self.sup.record(request.op, None)
+        self.sup.replies.record(request.op, None)
         return None
 
     def op_reload(self, sock, envelope, request, received, payload):

@@ -117,10 +117,10 @@ class Reloads:
 
     def _answer(self, waiters: list, result: dict) -> None:
         for sock, envelope, rid in waiters:
-            self.sup.record("reload", None)
-            self.sup.send(sock, envelope, ok_reply(rid, result))
+            self.sup.replies.record("reload", None)
+            self.sup.replies.send(sock, envelope, ok_reply(rid, result))
 
     def _send_error(self, waiter, err: JevanyError) -> None:
         sock, envelope, rid = waiter
-        self.sup.record("reload", err.code)
-        self.sup.send(sock, envelope, error_reply(rid, err))
+        self.sup.replies.record("reload", err.code)
+        self.sup.replies.send(sock, envelope, error_reply(rid, err))

@@ -28,13 +28,12 @@ import time
 import zmq
 
 from jevany_client.calls import has_message
-from jevany_client.errors import DeadlineExceededError, JevanyError, ShuttingDownError
-from jevany_client.protocol import error_reply, ok_reply, pack
+from jevany_client.errors import DeadlineExceededError, ShuttingDownError
 
 from jevany_daemon import __version__
 
 from . import channel, lifecycle
-from .admission import Entry, RequestQueue
+from .admission import RequestQueue
 from .cache_clears import CacheClears
 from .client_ops import ClientOps
 from .gateway import GatewayProcess
@@ -43,6 +42,7 @@ from .logs import RateLimited, event
 from .media_checks import MediaChecks
 from .metrics import Metrics
 from .reload import Reloads
+from .replies import Replies
 from .run_state import DRAINING, READY, STARTING, RunState
 from .sdnotify import Notifier
 from .settings import ServeSettings
@@ -101,6 +101,9 @@ class Supervisor:
 
     def start(self) -> None:
         lifecycle.start(self)
+        self.replies = Replies(counters=self.counters, metrics=self.metrics, outbox=self.outbox, queue=self.queue,
+                               pool=self.pool, gather=self.gather, clock=self.clock,
+                               settings=lambda: self.settings, gateway=self.gateway)
 
     def tick(self) -> None:
         ready = self.wait()
@@ -120,10 +123,6 @@ class Supervisor:
 
     def close(self) -> None:
         lifecycle.close(self)
-
-    def transport(self, sock) -> str:
-        """Where a request came from, for the counts that keep HTTP and ZeroMQ apart."""
-        return "http" if self.gateway is not None and sock is self.gateway.sock else "zmq"
 
     # --- phases ----------------------------------------------------------
 
@@ -187,7 +186,7 @@ class Supervisor:
         now = self.clock()
         expired = self.queue.take_expired(now) + (self.media.take_expired(now) if self.media is not None else [])
         for entry in expired:
-            self.reply_error(entry, DeadlineExceededError("timeout_ms passed before scoring began"))
+            self.replies.reply_error(entry, DeadlineExceededError("timeout_ms passed before scoring began"))
 
     def dispatch(self) -> None:
         """Hand the queue to free workers, and a full pass's worth to busy ones that can take it.
@@ -221,9 +220,9 @@ class Supervisor:
         takes the queue at once instead of idling while dozens of replies are sent."""
         for entry, ok, outcome in self.events.take_answered():
             if ok:
-                self.reply_ok(entry, outcome)
+                self.replies.reply_ok(entry, outcome)
             else:
-                self.reply_error(entry, outcome, noted=True)
+                self.replies.reply_error(entry, outcome, noted=True)
 
     def watch_workers(self) -> None:
         self.receive_workers()     # a worker is judged on everything it has said, not on what poll saw
@@ -258,11 +257,10 @@ class Supervisor:
         if self.run_state.stopping_now:
             waiting = self.queue.take_all() + (self.media.close_waiting() if self.media is not None else [])
             for entry in waiting:
-                self.reply_error(entry, ShuttingDownError("the daemon stopped before scoring this request"))
+                self.replies.reply_error(entry, ShuttingDownError("the daemon stopped before scoring this request"))
         if len(self.queue) or self.pool.inflight() or (self.media is not None and self.media.pending()):
             return
-        for sock, envelope, rid in self.run_state.drained():
-            self.send(sock, envelope, ok_reply(rid, {"state": "drained"}))
+        self.replies.drained(self.run_state.drained())
 
     def report(self) -> None:
         now = self.clock()
@@ -305,41 +303,6 @@ class Supervisor:
               error=failure)
         self.begin_drain(exiting=True, cause="worker failed to start")
         self.run_state.stop_now()
-
-    # --- replies ---------------------------------------------------------
-
-    def record(self, op: str | None, code: str | None, latency_s: float | None = None,
-               transport: str = "zmq") -> None:
-        self.counters.record(op, code, latency_s, transport)
-        self.metrics.reply(op, code, transport)
-        if latency_s is not None:
-            self.metrics.latency.observe(latency_s)
-
-    def reply_ok(self, entry: Entry, result: dict) -> None:
-        # Only workers answer with results; the gather heard of it already (worker_events.note).
-        latency = self.clock() - entry.received
-        self.record("decide", None, latency, self.transport(entry.sock))
-        if self.settings.log_requests:
-            event(log, "request", id=entry.id, outcome="ok", ms=round(latency * 1000, 2))
-        self.send(entry.sock, entry.envelope, self.with_load(ok_reply(entry.id, result)))
-
-    def reply_error(self, entry: Entry, err: JevanyError, noted: bool = False) -> None:
-        now = self.clock()
-        if not noted:
-            self.gather.answered(entry.client, now)
-        self.record("decide", err.code, now - entry.received, self.transport(entry.sock))
-        if self.settings.log_requests:
-            event(log, "request", id=entry.id, outcome=err.code)
-        self.send(entry.sock, entry.envelope, self.with_load(error_reply(entry.id, err)))
-
-    def with_load(self, reply: dict) -> dict:
-        """A decide reply carries this daemon's load (PROTOCOL.md, "load"): what clients routing
-        over several daemons weigh, read here rather than asked for by a status call."""
-        reply["load"] = {"queue": len(self.queue), "inflight": self.pool.inflight()}
-        return reply
-
-    def send(self, sock, envelope: list, reply: dict) -> None:
-        self.outbox.send(sock, envelope, pack(reply))     # to the connection that asked, within its bounds
 
     # --- status ----------------------------------------------------------
 

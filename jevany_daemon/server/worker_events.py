@@ -46,7 +46,7 @@ class WorkerEvents:
             self.on_results(worker, *args)
         elif kind == channel.CLEARED:
             worker.stats = {**worker.stats, "prefix_cache": args[1]}
-            self.sup.ops.finish_clears(self.sup.clears.answered(worker.identity, args[0]))
+            self.sup.replies.cleared(self.sup.clears.answered(worker.identity, args[0]))
         elif kind == channel.FAILED:
             worker.failure = args[0]
 
@@ -102,9 +102,10 @@ class WorkerEvents:
     def on_exit(self, worker: WorkerHandle) -> None:
         sup = self.sup
         sup.pool.remove(worker)
-        sup.ops.finish_clears(sup.clears.gone(worker.identity))
+        sup.replies.cleared(sup.clears.gone(worker.identity))
         for entry in worker.inflight.values():
-            sup.reply_error(entry, WorkerLostError("the worker scoring this request died; it is being restarted"))
+            sup.replies.reply_error(entry,
+                                    WorkerLostError("the worker scoring this request died; it is being restarted"))
         worker.inflight.clear()
         cause = worker.exit_cause()
         if worker.state == STOPPING and worker.kill_cause is None:
