@@ -220,7 +220,7 @@ MUTATIONS = [
       "            del self._answered[next(iter(self._answered))]",
       "            del self._answered[next(reversed(self._answered))]", GATHER),
     m("gather: a worker's answers noted only once their replies are sent", SERVER + "worker_events.py",
-      "        self.sup.gather.answered(entry[0].client, self.sup.clock())", "        pass", GATHER),
+      "        self.gather.answered(entry[0].client, self.clock())", "        pass", GATHER),
     # --- client routing (routing.py, fleet.py) -------------------------------------------
     m("routing: least_loaded takes the more loaded of two", CLIENT + "routing.py",
       "        return peers[a] if peers[a].load(now) <= peers[b].load(now) else peers[b]",

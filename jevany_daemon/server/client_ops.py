@@ -57,57 +57,61 @@ def decide_media(request: Request, payload: bytes) -> tuple[Media, ...]:
 
 
 class ClientOps:
-    def __init__(self, sup):
-        self.sup = sup
+    def __init__(self, *, clock, run_state, queue, media, gather, overloads, pool, clears, reloads, control,
+                 replies, status, begin_drain):
+        self.clock, self.run_state, self.queue, self.media = clock, run_state, queue, media
+        self.gather, self.overloads, self.pool, self.clears = gather, overloads, pool, clears
+        self.reloads, self.replies = reloads, replies
+        self.control = control             # the control endpoint's socket, or None
+        self.status = status               # status.StatusView: the status and models ops' figures
+        self.begin_drain = begin_drain     # (exiting, cause) -> None
         self._tags = count(1)
 
     def handle(self, sock, envelope: list, payload: bytes) -> None:
-        sup = self.sup
-        received = sup.clock()
+        received = self.clock()
         try:
             request = decoded(payload)
         except JevanyError as exc:
-            sup.replies.refuse(sock, envelope, None, exc.request_id, exc)
+            self.replies.refuse(sock, envelope, None, exc.request_id, exc)
             return
         try:
-            if request.op in CONTROL_OPS and sock is not sup.control:
+            if request.op in CONTROL_OPS and sock is not self.control:
                 raise ForbiddenError(f"{request.op} is a control op; send it to the control endpoint")
             if request.op in CONTROL_OPS and not may_control(envelope):
                 raise ForbiddenError(f"{request.op} is a control op; only the daemon's own user may send it")
             handler = getattr(self, f"op_{request.op}")
             result = handler(sock, envelope, request, received, payload)
         except JevanyError as exc:
-            sup.replies.refuse(sock, envelope, request.op, request.id, exc)
+            self.replies.refuse(sock, envelope, request.op, request.id, exc)
             return
         if result is not None:
-            sup.replies.answer(sock, envelope, request.op, request.id, result)
+            self.replies.answer(sock, envelope, request.op, request.id, result)
 
     # --- decide ------------------------------------------------------------
 
     def op_decide(self, sock, envelope, request, received, payload):
-        sup = self.sup
-        if sup.run_state.winding_down:
-            raise ShuttingDownError(f"the daemon is {sup.run_state.state} and takes no new work")
-        if sup.run_state.failure:
+        if self.run_state.winding_down:
+            raise ShuttingDownError(f"the daemon is {self.run_state.state} and takes no new work")
+        if self.run_state.failure:
             raise ShuttingDownError("the daemon is stopping")
         media = decide_media(request, payload)
-        if media and sup.media is None:
+        if media and self.media is None:
             raise InvalidRequestError("media is disabled; the server operator must set JEVANY_MEDIA_ROOT")
         # Requests being checked count against --max-queue: each will join the queue.
-        checking = sup.media.pending() if sup.media is not None else 0
-        if len(sup.queue) + checking >= sup.queue.max_depth:
-            sup.overloads.hit(queue=len(sup.queue), max_queue=sup.queue.max_depth)
-            raise OverloadedError(f"queue is full ({sup.queue.max_depth} requests waiting); retry later")
+        checking = self.media.pending() if self.media is not None else 0
+        if len(self.queue) + checking >= self.queue.max_depth:
+            self.overloads.hit(queue=len(self.queue), max_queue=self.queue.max_depth)
+            raise OverloadedError(f"queue is full ({self.queue.max_depth} requests waiting); retry later")
         deadline = None if request.timeout_ms is None else received + request.timeout_ms / 1000
         # Queue the bytes, not the decoded body: a decoded msgpack value can be
         # tens of times its wire size, and the worker decodes it anyway.
         entry = Entry(next(self._tags), sock, envelope, request.id, payload, received, deadline,
-                      sup.replies.transport(sock))
-        sup.gather.arrived(entry.client, received)
+                      self.replies.transport(sock))
+        self.gather.arrived(entry.client, received)
         if media:
-            sup.media.submit(entry, [[m.type, m.uri] for m in media])   # queued once checked
+            self.media.submit(entry, [[m.type, m.uri] for m in media])   # queued once checked
         else:
-            sup.queue.push(entry)
+            self.queue.push(entry)
         return None    # the reply comes when a worker answers
 
     def media_checked(self, entry: Entry, ok: bool, outcome) -> None:
@@ -115,14 +119,13 @@ class ClientOps:
 
         The queue has room for it: op_decide counted it against --max-queue while it was checked,
         and it leaves the checks as it joins the queue, so the two together never grow here."""
-        sup = self.sup
         if not ok:
-            sup.replies.reply_error(entry, InvalidRequestError(outcome))
-        elif sup.run_state.stopping_now:
-            sup.replies.reply_error(entry, ShuttingDownError("the daemon stopped before scoring this request"))
+            self.replies.reply_error(entry, InvalidRequestError(outcome))
+        elif self.run_state.stopping_now:
+            self.replies.reply_error(entry, ShuttingDownError("the daemon stopped before scoring this request"))
         else:
             entry.media = outcome
-            sup.queue.push(entry)
+            self.queue.push(entry)
 
     # --- answered at once ----------------------------------------------------
 
@@ -130,35 +133,34 @@ class ClientOps:
         return {"pong": True, "version": __version__}
 
     def op_status(self, sock, envelope, request, received, payload):
-        return self.sup.status(private=self._private(sock, envelope))
+        return self.status.status(private=self._private(sock, envelope))
 
     def op_models(self, sock, envelope, request, received, payload):
-        return {"models": [self.sup.model_description(private=self._private(sock, envelope))]}
+        return {"models": [self.status.model(private=self._private(sock, envelope))]}
 
     def _private(self, sock, envelope) -> bool:
         # The control endpoint's view (the cache counters) is for whoever may send its control ops: a
         # control socket its operator opened to everyone (0666) gives another user the public view.
-        return sock is self.sup.control and may_control(envelope)
+        return sock is self.control and may_control(envelope)
 
     # --- control ops, answered once done -------------------------------------
 
     def op_clear_cache(self, sock, envelope, request, received, payload):
-        sup = self.sup
-        ready = [w for w in sup.pool.workers if w.ready_once and w.state != STOPPING and w.kill_cause is None]
+        ready = [w for w in self.pool.workers if w.ready_once and w.state != STOPPING and w.kill_cause is None]
         if not ready:
             return {"cleared": 0}
         for worker in ready:     # a busy worker answers once its batch is done
-            sup.pool.backend.send_multipart([worker.identity, channel.encode(channel.CLEAR)])
-        sup.clears.begin((sock, envelope, request.id), {w.identity for w in ready})
-        sup.replies.record(request.op, None)
+            self.pool.backend.send_multipart([worker.identity, channel.encode(channel.CLEAR)])
+        self.clears.begin((sock, envelope, request.id), {w.identity for w in ready})
+        self.replies.record(request.op, None)
         return None    # the reply comes when every worker has cleared (replies.cleared)
 
     def op_drain(self, sock, envelope, request, received, payload):
-        self.sup.begin_drain(exiting=False, cause="drain op")
-        self.sup.run_state.await_drain((sock, envelope, request.id))
-        self.sup.replies.record(request.op, None)
+        self.begin_drain(exiting=False, cause="drain op")
+        self.run_state.await_drain((sock, envelope, request.id))
+        self.replies.record(request.op, None)
         return None
 
     def op_reload(self, sock, envelope, request, received, payload):
-        self.sup.reloads.begin(cause="reload op", waiter=(sock, envelope, request.id))
+        self.reloads.begin(cause="reload op", waiter=(sock, envelope, request.id))
         return None    # the reply comes when the new workers serve, or the reload fails

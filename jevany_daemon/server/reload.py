@@ -6,6 +6,8 @@ old workers finish what they hold before they are told to stop. A reload
 whose workers cannot load is abandoned and the old generation keeps serving.
 The settings are read again (so --config can name a new model); what only a
 restart can change (sockets, queue, keys) is kept and listed in the reply.
+The new settings take effect when the switch is made: advance() returns them
+to the supervisor, which serves with them from then on.
 """
 import logging
 import time
@@ -17,6 +19,7 @@ from jevany_client.protocol import error_reply, ok_reply
 from .logs import event
 from .run_state import READY
 from .settings import ServeSettings, SettingsError
+from .status import describe_model
 
 log = logging.getLogger("jevany.reload")
 
@@ -32,9 +35,13 @@ class Reload:
 
 
 class Reloads:
-    def __init__(self, sup, fresh_settings):
-        self.sup = sup
+    def __init__(self, *, fresh_settings, settings, run_state, pool, zap, clock, notifier, metrics, replies,
+                 status_line):
         self.fresh_settings = fresh_settings     # () -> ServeSettings, read again on every reload
+        self.settings = settings                 # () -> the serving settings; advance() returns the next
+        self.run_state, self.pool, self.zap, self.clock = run_state, pool, zap, clock
+        self.notifier, self.metrics, self.replies = notifier, metrics, replies
+        self.status_line = status_line           # () -> systemd's STATUS= line
         self.current: Reload | None = None
         self.last: dict | None = None
 
@@ -42,46 +49,45 @@ class Reloads:
         if self.current is not None:     # one at a time; a second asker hears how the running one ends
             self.current.waiters += [waiter] if waiter else []
             return
-        sup = self.sup
-        state = sup.run_state.state
+        state = self.run_state.state
         if state != READY:
-            stopping = sup.run_state.winding_down
+            stopping = self.run_state.winding_down
             why = f"the daemon is {state}" if stopping else "the daemon is still starting"
             err_cls = ShuttingDownError if stopping else InternalError
             return self._refuse(waiter, cause, err_cls(f"reload refused: {why}"))
         try:
-            settings, needs_restart = sup.settings.with_reloaded(self.fresh_settings())
+            settings, needs_restart = self.settings().with_reloaded(self.fresh_settings())
         except SettingsError as exc:
             return self._refuse(waiter, cause, InternalError(f"reload refused: {exc}"))
-        if sup.zap is not None:
-            sup.zap.reload()             # new client keys apply at once, to new connections
-        generation = sup.pool.start_generation(settings)
-        self.current = Reload(generation, settings, cause, sup.clock(), needs_restart, [waiter] if waiter else [])
-        sup.notifier.reloading(time.monotonic_ns() // 1000)
+        if self.zap is not None:
+            self.zap.reload()            # new client keys apply at once, to new connections
+        generation = self.pool.start_generation(settings)
+        self.current = Reload(generation, settings, cause, self.clock(), needs_restart, [waiter] if waiter else [])
+        self.notifier.reloading(time.monotonic_ns() // 1000)
         event(log, "reload", cause=cause, generation=generation, model=settings.model or "tiny-demo",
               workers=settings.worker_count, **({"needs_restart": ",".join(needs_restart)} if needs_restart else {}))
 
-    def advance(self) -> None:
-        """Switch once every new worker is ready."""
-        r, sup = self.current, self.sup
+    def advance(self) -> ServeSettings | None:
+        """Switch once every new worker is ready; returns the settings the daemon serves with from now on."""
+        r = self.current
         if r is None:
-            return
-        incoming = [w for w in sup.pool.workers if w.generation == r.generation]
+            return None
+        incoming = [w for w in self.pool.workers if w.generation == r.generation]
         if len(incoming) < r.settings.worker_count or not all(w.ready_once for w in incoming):
-            return
-        sup.pool.switch_to(r.generation)
-        sup.settings = r.settings
+            return None
+        self.pool.switch_to(r.generation)
         model = incoming[0].model
         self.current = None
         self.last = {"reloaded": True, "model": model["id"], "generation": r.generation,
-                     "workers": len(incoming), "seconds": round(sup.clock() - r.started, 3),
+                     "workers": len(incoming), "seconds": round(self.clock() - r.started, 3),
                      "needs_restart": r.needs_restart}
-        sup.metrics.describe_model(sup.model_description())
-        sup.metrics.reloads.labels("ok").inc()
-        sup.notifier.ready(sup.status_line())
+        self.metrics.describe_model(describe_model(self.pool, r.settings))
+        self.metrics.reloads.labels("ok").inc()
+        self.notifier.ready(self.status_line())
         event(log, "reload_done", generation=r.generation, model=model["id"], seconds=self.last["seconds"],
-              retiring=len(sup.pool.retiring()))
+              retiring=len(self.pool.retiring()))
         self._answer(r.waiters, self.last)
+        return r.settings
 
     def worker_failed(self, worker, cause: str) -> None:
         """A worker of the incoming generation died before it was ready: abandon this reload."""
@@ -93,17 +99,17 @@ class Reloads:
             self._abandon(why, ShuttingDownError)
 
     def describe(self) -> dict:
-        return {"in_progress": self.current is not None, "serving_generation": self.sup.pool.serving_generation,
+        return {"in_progress": self.current is not None, "serving_generation": self.pool.serving_generation,
                 "last": self.last}
 
     def _abandon(self, message: str, err_cls=InternalError) -> None:
-        r, sup = self.current, self.sup
+        r = self.current
         self.current = None
-        sup.pool.discard([w for w in sup.pool.workers if w.generation == r.generation], "reload abandoned")
-        serving = sup.model_description()["id"]
+        self.pool.discard([w for w in self.pool.workers if w.generation == r.generation], "reload abandoned")
+        serving = describe_model(self.pool, self.settings())["id"]
         self.last = {"reloaded": False, "error": message, "generation": r.generation}
-        sup.metrics.reloads.labels("failed").inc()
-        sup.notifier.ready(sup.status_line())      # ends systemd's "reloading" state
+        self.metrics.reloads.labels("failed").inc()
+        self.notifier.ready(self.status_line())      # ends systemd's "reloading" state
         event(log, "reload_failed", level=logging.ERROR, generation=r.generation, error=message, serving=serving)
         err = err_cls(f"reload failed: {message}; still serving {serving}")
         for waiter in r.waiters:
@@ -111,16 +117,16 @@ class Reloads:
 
     def _refuse(self, waiter, cause: str, err: JevanyError) -> None:
         event(log, "reload_refused", level=logging.WARNING, cause=cause, error=err.message)
-        self.sup.metrics.reloads.labels("refused").inc()
+        self.metrics.reloads.labels("refused").inc()
         if waiter is not None:
             self._send_error(waiter, err)
 
     def _answer(self, waiters: list, result: dict) -> None:
         for sock, envelope, rid in waiters:
-            self.sup.replies.record("reload", None)
-            self.sup.replies.send(sock, envelope, ok_reply(rid, result))
+            self.replies.record("reload", None)
+            self.replies.send(sock, envelope, ok_reply(rid, result))
 
     def _send_error(self, waiter, err: JevanyError) -> None:
         sock, envelope, rid = waiter
-        self.sup.replies.record("reload", err.code)
-        self.sup.replies.send(sock, envelope, error_reply(rid, err))
+        self.replies.record("reload", err.code)
+        self.replies.send(sock, envelope, error_reply(rid, err))

@@ -1,14 +1,37 @@
 """The status op: live counters (outcomes by code, latency percentiles), batching, workers.
 
+Each figure is a function of the parts it reads (the pool, the settings, the
+counters, ...); daemon_status reads them through a StatusView, which holds
+just those parts. StatusLine is systemd's STATUS= line, with the decide rate
+since the line before.
+
 The prefix cache's counters (entries, bytes, hits, misses, evictions, tokens
 reused) move when any client's state is found or kept, so on a public socket
 they would tell one client what another sent. Public status and models show
 only how the cache is set up; the control endpoint shows everything.
 """
+from __future__ import annotations
+
 import os
 from collections import Counter, deque
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Callable
 
 from jevany_daemon.media.policy import MediaPolicy
+
+if TYPE_CHECKING:      # pool.py imports this module (add_stats); these are only annotations
+    from .admission import RequestQueue
+    from .curve import ZapHandler
+    from .fds import FdGuard
+    from .gateway import GatewayProcess
+    from .gather import Gather
+    from .inbox import Inbox
+    from .media_checks import MediaChecks
+    from .outbox import Outbox
+    from .pool import WorkerPool
+    from .reload import Reloads
+    from .run_state import RunState
+    from .settings import ServeSettings
 
 LATENCY_WINDOW = 4096   # recent decide replies the percentiles are taken over
 CACHE_SETUP = ("enabled", "max_entries", "max_bytes", "min_tokens", "min_state_tokens")   # prefix_cache fields anyone may see
@@ -99,30 +122,30 @@ def add_plan_counts(total: dict | None, counts: dict | None) -> dict | None:
             "recompiles": total["recompiles"] + counts.get("recompiles", 0)}
 
 
-def plan_status(sup) -> dict:
+def plan_status(pool, settings) -> dict:
     """The shape plan as the serving workers run it (the first one's buckets: each has the same), and every
     worker's counts: passes run in a bucket, passes run as they came by why, recompiles while serving."""
-    engine = sup.settings.engine
-    model = next((w.model for w in sup.pool.serving() if w.model), None) or {}
+    model = next((w.model for w in pool.serving() if w.model), None) or {}
     plan = model.get("plan") or {}
     counts = None
-    for stats in [w.stats or {} for w in sup.pool.workers] + [sup.pool.gone_stats]:
+    for stats in [w.stats or {} for w in pool.workers] + [pool.gone_stats]:
         counts = add_plan_counts(counts, stats.get("plan"))
     counts = counts or {"planned": 0, "eager": {}, "recompiles": 0}
-    return {"runner": engine.runner, **{k: plan.get(k) for k in ("buckets", "rows", "widths", "max_tokens",
-                                                                 "cached", "warm_up_s", "captured")}, **counts}
+    return {"runner": settings.engine.runner, **{k: plan.get(k) for k in ("buckets", "rows", "widths", "max_tokens",
+                                                                          "cached", "warm_up_s", "captured")},
+            **counts}
 
 
-def batching(sup) -> dict:
-    engine = sup.settings.engine
-    return merge_batching([w.stats or {} for w in sup.pool.workers] + [sup.pool.gone_stats],
+def batching(pool, settings) -> dict:
+    engine = settings.engine
+    return merge_batching([w.stats or {} for w in pool.workers] + [pool.gone_stats],
                           engine.max_batch_size, engine.max_packed_tokens)
 
 
-def prefix_cache(sup, private: bool = True) -> dict:
+def prefix_cache(pool, settings, private: bool = True) -> dict:
     """The serving workers' prefix caches, summed: each worker keeps its own; private: with the counters."""
-    engine = sup.settings.engine
-    reports = [w.stats.get("prefix_cache") or {} for w in sup.pool.serving() if w.stats]
+    engine = settings.engine
+    reports = [w.stats.get("prefix_cache") or {} for w in pool.serving() if w.stats]
     total = {k: sum(r.get(k, 0) for r in reports) for k in ("size", "bytes", "hits", "misses", "evictions",
                                                                  "reused_tokens")}
     total["pinned_tokens"] = max((r.get("pinned_tokens", 0) for r in reports), default=0)   # the same head in each
@@ -132,28 +155,28 @@ def prefix_cache(sup, private: bool = True) -> dict:
              "max_bytes": engine.prefix_cache_bytes, "min_tokens": engine.prefix_min_tokens,
              # JevAny's names for two of these
              "cached_states": total["size"], "min_state_tokens": engine.prefix_min_tokens}
-    if private or sup.settings.public_cache_counters:
+    if private or settings.public_cache_counters:
         return cache
     return {k: cache[k] for k in CACHE_SETUP}
 
 
-def describe_model(sup, private: bool = True) -> dict:
+def describe_model(pool, settings, private: bool = True) -> dict:
     """The serving generation's model as its workers describe it, else what the settings say.
 
     The device is named as the operator named it: a worker calls its GPU cuda:0 whichever it is.
     """
-    serving = sup.pool.serving()
+    serving = pool.serving()
     model = next((w.model for w in serving if w.model), None)
     if model is None:
-        s = sup.settings
+        s = settings
         return {"id": s.model_id or s.model or "tiny-demo", "source": s.model or "tiny-demo",
                 "readout": s.readout or "", "layout": s.engine.layout, "device": ",".join(s.devices),
                 "dtype": s.dtype or "auto", "random_weights": s.model is None}
     devices = list(dict.fromkeys(d for w in serving for d in w.device.split(",")))
-    limits = {**(model.get("limits") or {}), **media_policy(sup.settings).limits(model.get("media_types") or ())}
+    limits = {**(model.get("limits") or {}), **media_policy(settings).limits(model.get("media_types") or ())}
     return {**model, "device": ",".join(dict.fromkeys(w.device for w in serving)), "devices": devices,
-            "device_map": sup.settings.device_map, "limits": limits, "batching": batching(sup),
-            "prefix_cache": prefix_cache(sup, private)}
+            "device_map": settings.device_map, "limits": limits, "batching": batching(pool, settings),
+            "prefix_cache": prefix_cache(pool, settings, private)}
 
 
 def media_status(media) -> dict:
@@ -168,46 +191,88 @@ def media_policy(s) -> MediaPolicy:
                        s.media_max_video_frames)
 
 
-def clients_status(sup) -> dict | None:
+def clients_status(fd_guard, inbox, outbox) -> dict:
     """Descriptors and peers (fds.py, peers.py), and what was refused or dropped to stay within bounds."""
-    if not hasattr(sup, "fd_guard"):
-        return None
-    return {**sup.fd_guard.describe(), "messages_refused": sup.inbox.refused,
-            "replies_dropped": dict(sup.outbox.dropped_by_cause), **sup.outbox.budget.describe()}
+    return {**fd_guard.describe(), "messages_refused": inbox.refused,
+            "replies_dropped": dict(outbox.dropped_by_cause), **outbox.budget.describe()}
 
 
-def daemon_status(sup, private: bool = True) -> dict:
+@dataclass(frozen=True)
+class StatusView:
+    """What the status op reads, and nothing more; built by the supervisor once start has opened it."""
+    version: str
+    run_state: RunState
+    clock: Callable[[], float]
+    settings: Callable[[], ServeSettings]     # read on each call: a reload replaces them
+    counters: Counters
+    gather: Gather
+    queue: RequestQueue
+    pool: WorkerPool
+    reloads: Reloads
+    metrics_url: str | None
+    zap: ZapHandler | None
+    fd_guard: FdGuard
+    inbox: Inbox
+    outbox: Outbox
+    gateway: GatewayProcess | None
+    media: MediaChecks | None
+
+    def model(self, private: bool = True) -> dict:
+        return describe_model(self.pool, self.settings(), private)
+
+    def status(self, private: bool = True) -> dict:
+        """private: for the control endpoint, with what one client must not learn of another's requests."""
+        return daemon_status(self, private)
+
+
+def daemon_status(view: StatusView, private: bool = True) -> dict:
     """The status op's result (PROTOCOL.md, "status result"); private: as the control endpoint sees it."""
-    model = describe_model(sup, private)
+    v, settings = view, view.settings()
+    model = describe_model(v.pool, settings, private)
     return {
-        "version": sup.version,
+        "version": v.version,
         "pid": os.getpid(),
-        "uptime_s": round(sup.clock() - sup.run_state.started, 3),
-        "state": sup.run_state.state,
-        "endpoints": list(sup.settings.endpoints),
-        "control_endpoint": sup.settings.control_endpoint,
-        "max_message_bytes": sup.settings.max_message_bytes,
-        "metrics": sup.metrics_url,
-        "curve": sup.zap is not None,
+        "uptime_s": round(v.clock() - v.run_state.started, 3),
+        "state": v.run_state.state,
+        "endpoints": list(settings.endpoints),
+        "control_endpoint": settings.control_endpoint,
+        "max_message_bytes": settings.max_message_bytes,
+        "metrics": v.metrics_url,
+        "curve": v.zap is not None,
         "model": {k: model.get(k) for k in ("id", "source", "readout", "layout", "device", "dtype",
                                              "random_weights")},
-        "batching": {**batching(sup), "mixed_transport_batches": sup.counters.mixed_batches,
-                     "gather": sup.gather.as_dict()},
-        "prefix_cache": prefix_cache(sup, private),
-        "plan": plan_status(sup),
-        "queue": {"depth": len(sup.queue), "max_depth": sup.queue.max_depth},
-        "clients": clients_status(sup),
-        "workers": sup.pool.describe(),
-        "reload": sup.reloads.describe(),
-        "requests": sup.counters.requests(),
-        "http": sup.gateway.describe() if sup.gateway is not None else None,
-        "media": media_status(sup.media),
-        "latency_ms": sup.counters.latency_ms(),
+        "batching": {**batching(v.pool, settings), "mixed_transport_batches": v.counters.mixed_batches,
+                     "gather": v.gather.as_dict()},
+        "prefix_cache": prefix_cache(v.pool, settings, private),
+        "plan": plan_status(v.pool, settings),
+        "queue": {"depth": len(v.queue), "max_depth": v.queue.max_depth},
+        "clients": clients_status(v.fd_guard, v.inbox, v.outbox),
+        "workers": v.pool.describe(),
+        "reload": v.reloads.describe(),
+        "requests": v.counters.requests(),
+        "http": v.gateway.describe() if v.gateway is not None else None,
+        "media": media_status(v.media),
+        "latency_ms": v.counters.latency_ms(),
     }
 
 
-def status_line(sup, decide_per_s: float) -> str:
-    serving = sup.pool.serving()
+class StatusLine:
+    """systemd's STATUS=: workers up, queue depth, decide replies per second since the last line."""
+
+    def __init__(self, run_state: RunState, pool, queue, counters: Counters, clock):
+        self.run_state, self.pool, self.queue, self.counters, self.clock = run_state, pool, queue, counters, clock
+        self._decided_at_report = (0, clock())
+
+    def __call__(self) -> str:
+        decided, now = self.counters.by_op["decide"], self.clock()
+        before, since = self._decided_at_report
+        self._decided_at_report = (decided, now)
+        return status_line(self.run_state.state, self.pool, self.queue, self.counters,
+                           (decided - before) / max(now - since, 1e-9))
+
+
+def status_line(state: str, pool, queue, counters: Counters, decide_per_s: float) -> str:
+    serving = pool.serving()
     up = sum(w.state in ("idle", "busy") for w in serving)
-    return (f"{sup.run_state.state}: {up}/{len(serving)} workers, queue {len(sup.queue)}/{sup.queue.max_depth}, "
-            f"{decide_per_s:.1f} decide/s, {sup.counters.by_op['decide']} decided")
+    return (f"{state}: {up}/{len(serving)} workers, queue {len(queue)}/{queue.max_depth}, "
+            f"{decide_per_s:.1f} decide/s, {counters.by_op['decide']} decided")

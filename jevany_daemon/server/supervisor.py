@@ -48,7 +48,7 @@ from .sdnotify import Notifier
 from .settings import ServeSettings
 from .signals import SignalFlags
 from .sockets import StartupError     # raised by run(); the command line catches it from here
-from .status import Counters, daemon_status, describe_model, plan_status, prefix_cache, status_line
+from .status import Counters, StatusLine, StatusView, plan_status, prefix_cache
 from .worker_events import WorkerEvents
 
 log = logging.getLogger("jevany.supervisor")
@@ -61,16 +61,15 @@ OVERLOAD_LOG_EVERY_S = 10.0
 
 class Supervisor:
     def __init__(self, settings: ServeSettings, clock=time.monotonic, reload_settings=None, env=os.environ):
-        self.settings = settings
+        self.settings = settings           # replaced when a reload switches (reload.py)
         self.clock = clock
+        self.fresh_settings = reload_settings or (lambda: settings)
         self.queue = RequestQueue(settings.max_queue)
         self.counters = Counters()
         self.metrics = Metrics()
         self.notifier = Notifier(env)
-        self.reloads = Reloads(self, reload_settings or (lambda: settings))
         self.overloads = RateLimited(log, "overload", OVERLOAD_LOG_EVERY_S, clock, level=logging.WARNING)
         self.run_state = RunState(started=clock())
-        self.version = __version__
         self.zap = None
         self.gateway: GatewayProcess | None = None    # the HTTP gateway, with --http
         self.media: MediaChecks | None = None          # the media checker, with --media-root
@@ -79,11 +78,8 @@ class Supervisor:
         self.clears = CacheClears()        # control clients awaiting clear_cache's count
         self.gather = Gather()             # when a free worker waits for answered clients (GPU-aware)
         self._gather_until: float | None = None
-        self.ops = ClientOps(self)         # each client message and its op
-        self.events = WorkerEvents(self)   # each worker message and exit; the answers to send
         self._listeners: list = []         # every bound client endpoint (sockets.Listener)
         self._next_report = self._next_watchdog = clock()
-        self._decided_at_report = (0, clock())
 
     # --- lifecycle -------------------------------------------------------
 
@@ -101,9 +97,34 @@ class Supervisor:
 
     def start(self) -> None:
         lifecycle.start(self)
+        self._assemble()
+
+    def _assemble(self) -> None:
+        """The helpers, each handed the parts it uses; what reads the settings gets a getter (reloads)."""
+        settings = self._current_settings
         self.replies = Replies(counters=self.counters, metrics=self.metrics, outbox=self.outbox, queue=self.queue,
-                               pool=self.pool, gather=self.gather, clock=self.clock,
-                               settings=lambda: self.settings, gateway=self.gateway)
+                               pool=self.pool, gather=self.gather, clock=self.clock, settings=settings,
+                               gateway=self.gateway)
+        self.status_line = StatusLine(self.run_state, self.pool, self.queue, self.counters, self.clock)
+        self.reloads = Reloads(fresh_settings=self.fresh_settings, settings=settings, run_state=self.run_state,
+                               pool=self.pool, zap=self.zap, clock=self.clock, notifier=self.notifier,
+                               metrics=self.metrics, replies=self.replies, status_line=self.status_line)
+        self.status = StatusView(version=__version__, run_state=self.run_state, clock=self.clock, settings=settings,
+                                 counters=self.counters, gather=self.gather, queue=self.queue, pool=self.pool,
+                                 reloads=self.reloads, metrics_url=self.metrics_url, zap=self.zap,
+                                 fd_guard=self.fd_guard, inbox=self.inbox, outbox=self.outbox, gateway=self.gateway,
+                                 media=self.media)
+        self.ops = ClientOps(clock=self.clock, run_state=self.run_state, queue=self.queue, media=self.media,
+                             gather=self.gather, overloads=self.overloads, pool=self.pool, clears=self.clears,
+                             reloads=self.reloads, control=self.control, replies=self.replies, status=self.status,
+                             begin_drain=self.begin_drain)
+        self.events = WorkerEvents(pool=self.pool, run_state=self.run_state, settings=settings, clock=self.clock,
+                                   gather=self.gather, counters=self.counters, metrics=self.metrics,
+                                   notifier=self.notifier, status_line=self.status_line, replies=self.replies,
+                                   clears=self.clears, reloads=self.reloads, fail=self.fail)
+
+    def _current_settings(self) -> ServeSettings:
+        return self.settings
 
     def tick(self) -> None:
         ready = self.wait()
@@ -117,7 +138,7 @@ class Supervisor:
         self.send_answers()
         self.watch_workers()
         self.guard_fds()
-        self.reloads.advance()
+        self.advance_reload()
         self.finish_drain()
         self.report()
 
@@ -251,6 +272,11 @@ class Supervisor:
             entries += self.media.entries()
         return {e.envelope.peer.fd for e in entries if getattr(e.envelope, "peer", None) is not None}
 
+    def advance_reload(self) -> None:
+        settings = self.reloads.advance()
+        if settings is not None:
+            self.settings = settings      # what every part's settings getter reads from now on
+
     def finish_drain(self) -> None:
         if self.run_state.state != DRAINING:
             return
@@ -267,8 +293,8 @@ class Supervisor:
         if self.metrics_url is not None:     # a few label lookups per tick, on every request's path
             self.metrics.gauges(len(self.queue), self.queue.max_depth, self.pool.inflight(),
                                 [w.state for w in self.pool.workers], self.run_state.state == READY)
-            self.metrics.prefix_cache_stats(prefix_cache(self))
-            self.metrics.plan_stats(plan_status(self))
+            self.metrics.prefix_cache_stats(prefix_cache(self.pool, self.settings))
+            self.metrics.plan_stats(plan_status(self.pool, self.settings))
             self.metrics.descriptors(self.fd_guard.describe())
         self.overloads.flush()
         self.outbox.dropped.flush()
@@ -279,13 +305,6 @@ class Supervisor:
             self._next_report = now + REPORT_EVERY_S
             self.notifier.status(self.status_line())     # while loading too: "starting: 1/2 workers"
             self.outbox.forget_gone()
-
-    def status_line(self) -> str:
-        """systemd's STATUS=: workers up, queue depth, decide replies per second since the last line."""
-        decided, now = self.counters.by_op["decide"], self.clock()
-        before, since = self._decided_at_report
-        self._decided_at_report = (decided, now)
-        return status_line(self, (decided - before) / max(now - since, 1e-9))
 
     # --- stopping --------------------------------------------------------
 
@@ -303,12 +322,3 @@ class Supervisor:
               error=failure)
         self.begin_drain(exiting=True, cause="worker failed to start")
         self.run_state.stop_now()
-
-    # --- status ----------------------------------------------------------
-
-    def model_description(self, private: bool = True) -> dict:
-        return describe_model(self, private)
-
-    def status(self, private: bool = True) -> dict:
-        """private: for the control endpoint, with what one client must not learn of another's requests."""
-        return daemon_status(self, private)

@@ -86,16 +86,17 @@ def test_clients_a_worker_just_answered_are_expected_back_before_the_next_dispat
     answers when the worker's results arrive, or a free worker leaves with half the clients."""
     now = [7.0]
     clients = [(id(None), b"client-%d" % tag) for tag in range(16)]     # Entry.client of each below
-    sup = SimpleNamespace(gather=came_back(returning(flat(Gather())), clients), clock=lambda: now[0],
-                          metrics=SimpleNamespace(batches=lambda records: None),
-                          counters=SimpleNamespace(mixed_batches=0))
-    events = WorkerEvents(sup)
+    gather = came_back(returning(flat(Gather())), clients)
+    parts = dict.fromkeys(("pool", "run_state", "settings", "notifier", "status_line", "replies", "clears",
+                           "reloads", "fail"))       # what taking answers never reaches
+    events = WorkerEvents(gather=gather, clock=lambda: now[0], metrics=SimpleNamespace(batches=lambda records: None),
+                          counters=SimpleNamespace(mixed_batches=0), **parts)
     entries = {tag: Entry(tag, sock=None, envelope=[b"client-%d" % tag], id=tag, payload=b"", received=6.9,
                           deadline=None) for tag in range(16)}
     worker = SimpleNamespace(inflight=dict(entries), requests=0, take_stats=lambda stats: None)
     events.take_answers(worker, [[tag, True, {}] for tag in entries], {}, [])
     assert len(events.answered) == 16                       # replies not sent yet: dispatch runs first
-    assert sup.gather.hold_until(queued=16, full=32, now=7.0) == 7.0 + MAX_WAIT_S
+    assert gather.hold_until(queued=16, full=32, now=7.0) == 7.0 + MAX_WAIT_S
 
 
 def test_clients_never_seen_coming_back_are_not_waited_for():

@@ -515,8 +515,7 @@ def test_public_cache_counters_show_them_everywhere_for_a_one_tenant_host():
     worker = SimpleNamespace(stats={"prefix_cache": report})
 
     def shown(**settings):
-        sup = SimpleNamespace(settings=ServeSettings(**settings), pool=SimpleNamespace(serving=lambda: [worker]))
-        return prefix_cache(sup, private=False)
+        return prefix_cache(SimpleNamespace(serving=lambda: [worker]), ServeSettings(**settings), private=False)
 
     assert "hits" not in shown() and model_entry({"prefix_cache": shown()})["prefix_cache"]["hits"] is None
     opened = shown(public_cache_counters=True)

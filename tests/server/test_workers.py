@@ -150,19 +150,41 @@ def test_the_device_report_rides_with_hello_and_results():
     assert stats["device_info"]["name"] == "NVIDIA H200"                  # the message itself is left alone
 
 
-def test_the_supervisor_stores_what_workers_report():
+def worker_events(pool, **parts):
+    """WorkerEvents built from the parts the supervisor hands it: real ones, but for the pool a test gives
+    and whatever else it passes (parts a test never reaches are None)."""
+    from jevany_daemon.server.admission import RequestQueue
+    from jevany_daemon.server.cache_clears import CacheClears
+    from jevany_daemon.server.gather import Gather
+    from jevany_daemon.server.metrics import Metrics
+    from jevany_daemon.server.run_state import RunState
+    from jevany_daemon.server.sdnotify import Notifier
     from jevany_daemon.server.settings import ServeSettings
-    from jevany_daemon.server.supervisor import Supervisor
+    from jevany_daemon.server.status import Counters, StatusLine
+    from jevany_daemon.server.worker_events import WorkerEvents
 
-    sup = Supervisor(ServeSettings(), env={})
-    worker = handle(state=STARTING, ready=False)
-    sup.pool = SimpleNamespace(serving=lambda: [worker], workers=[worker], gone_stats={})
+    settings, run_state, counters = ServeSettings(), parts.pop("run_state", None) or RunState(0.0), Counters()
+    status_line = StatusLine(run_state, pool, RequestQueue(settings.max_queue), counters, time.monotonic)
+    given = dict(pool=pool, run_state=run_state, settings=lambda: settings, clock=time.monotonic, gather=Gather(),
+                 counters=counters, metrics=Metrics(), notifier=Notifier({}), status_line=status_line,
+                 replies=None, clears=CacheClears(), reloads=None, fail=None)
+    return WorkerEvents(**{**given, **parts})
+
+
+def test_the_supervisor_stores_what_workers_report():
+    from jevany_daemon.server.run_state import RunState
+    from jevany_daemon.server.settings import ServeSettings
+    from jevany_daemon.server.status import describe_model
+
+    worker, run_state = handle(state=STARTING, ready=False), RunState(0.0)
+    pool = SimpleNamespace(serving=lambda: [worker], workers=[worker], gone_stats={})
+    events = worker_events(pool, run_state=run_state)
     model = {"id": "tiny", "source": "/m", "readout": "pointer", "layout": "packed", "device": "cuda:0",
              "dtype": "fp32"}
-    sup.events.on_ready(worker, {"pid": 4242, "model": model, "device_info": H200})
-    assert worker.device_info == H200 and sup.run_state.state == "ready"
-    assert sup.model_description()["device"] == "cpu"       # the operator's name, not the worker's own
-    sup.events.take_answers(worker, [], {"batches": 1, "device_info": {**H200, "memory_used_bytes": 1}}, [])
+    events.on_ready(worker, {"pid": 4242, "model": model, "device_info": H200})
+    assert worker.device_info == H200 and run_state.state == "ready"
+    assert describe_model(pool, ServeSettings())["device"] == "cpu"   # the operator's name, not the worker's own
+    events.take_answers(worker, [], {"batches": 1, "device_info": {**H200, "memory_used_bytes": 1}}, [])
     assert worker.device_info["memory_used_bytes"] == 1 and worker.stats == {"batches": 1}
 
 
@@ -237,17 +259,15 @@ def test_a_hand_over_tells_the_worker_how_long_each_request_has_left():
 
 
 def test_results_before_the_last_hand_over_was_read_leave_the_worker_busy_and_its_requests_waiting():
-    from jevany_daemon.server.settings import ServeSettings
-    from jevany_daemon.server.supervisor import Supervisor
-
-    sup, backend, worker = Supervisor(ServeSettings(), env={}), Backend(), handle()
+    backend, worker = Backend(), handle()
+    events = worker_events(SimpleNamespace(serving=lambda: [worker], workers=[worker], gone_stats={}))
     worker.hand_over(backend, entries(1, 2), now=1.0)
     worker.hand_over(backend, entries(3), now=1.5)
     # RESULTS for the first hand-over, sent before the worker had read the second: 2 got no answer
-    sup.events.on_results(worker, [[1, True, {"ok": 1}]], {}, [], 1)
+    events.on_results(worker, [[1, True, {"ok": 1}]], {}, [], 1)
     assert worker.state == BUSY and list(worker.inflight) == [3]
-    assert [(e.tag, ok) for e, ok, _ in sup.events.answered] == [(1, True), (2, False)]
-    sup.events.on_results(worker, [[3, True, {"ok": 3}]], {}, [], 2)
+    assert [(e.tag, ok) for e, ok, _ in events.answered] == [(1, True), (2, False)]
+    events.on_results(worker, [[3, True, {"ok": 3}]], {}, [], 2)
     assert worker.state == IDLE and not worker.inflight
 
 
@@ -285,24 +305,22 @@ def test_a_worker_keeps_what_it_loaded_out_of_full_collections_and_serving_adds_
 
 
 def _events_with(state: str):
-    """WorkerEvents over a supervisor stand-in: what replace_or_fail reads and calls, recorded."""
+    """WorkerEvents whose pool, metrics and fail are stand-ins: what replace_or_fail reads and calls, recorded."""
     from types import SimpleNamespace
 
     from jevany_daemon.server.run_state import RunState
-    from jevany_daemon.server.worker_events import WorkerEvents
 
     done = {"failed": None, "replaced": 0}
     counter = SimpleNamespace(inc=lambda: None)
     run_state = RunState(0.0)
     if state == "ready":
         run_state.ready()
-    sup = SimpleNamespace(
-        run_state=run_state, settings=None,
-        fail=lambda message, exit_code=1: done.update(failed=(message, exit_code)),
-        pool=SimpleNamespace(replace=lambda w, s: done.update(replaced=done["replaced"] + 1)
-                             or SimpleNamespace(restarts=1, pid=2)),
-        metrics=SimpleNamespace(restarts=SimpleNamespace(labels=lambda cause: counter)))
-    return WorkerEvents(sup), done
+    pool = SimpleNamespace(replace=lambda w, s: done.update(replaced=done["replaced"] + 1)
+                           or SimpleNamespace(restarts=1, pid=2))
+    events = worker_events(pool, run_state=run_state,
+                           fail=lambda message, exit_code=1: done.update(failed=(message, exit_code)),
+                           metrics=SimpleNamespace(restarts=SimpleNamespace(labels=lambda cause: counter)))
+    return events, done
 
 
 @pytest.mark.parametrize("state,failed_starts,outcome", [
