@@ -3,14 +3,18 @@
 start: the descriptor limit, the ZeroMQ context, CurveZMQ's handler, the
 client sockets (public, then control), the workers' private socket, the media
 checker, the signal flags, the metrics endpoint, the HTTP gateway, then the
-first generation of workers. close: the client sockets first, then everything
-else, each only if it was opened (a start can fail part-way).
+first generation of workers; returned as one frozen Wiring, built only from
+what start is given. close: the client sockets first, then everything else,
+each only if it was opened: a start that fails part-way closes what it had
+opened before it raises. end: the metrics and systemd's socket, which the
+supervisor holds from before start, then the stop event.
 """
 import ctypes
 import logging
 import os
 import shutil
 import tempfile
+from dataclasses import dataclass, fields
 
 import zmq
 
@@ -41,117 +45,176 @@ MMAP_THRESHOLD = 128 << 10
 _M_MMAP_THRESHOLD = -3       # mallopt's parameter number in glibc's malloc.h
 
 
-def start(sup) -> None:
+@dataclass(frozen=True)
+class Wiring:
+    """What start opened. A part not opened (a start cut short; no --media-root, --http) is None or empty."""
+    fd_limit: int | None = None
+    ctx: zmq.Context | None = None
+    poller: zmq.Poller | None = None
+    peers: Peers | None = None
+    outbox: Outbox | None = None
+    inbox: Inbox | None = None
+    zap: curve.ZapHandler | None = None     # CurveZMQ's handler, with --curve
+    listeners: tuple = ()                   # every bound client endpoint (sockets.Listener)
+    public: tuple = ()
+    control: zmq.Socket | None = None
+    fd_guard: fds.FdGuard | None = None
+    rundir: str | None = None               # the workers' (and gateway's, media checker's) ipc files
+    backend: zmq.Socket | None = None
+    pool: WorkerPool | None = None
+    media: MediaChecks | None = None        # the media checker, with --media-root
+    signals: SignalFlags | None = None
+    metrics_url: str | None = None
+    gateway: GatewayProcess | None = None   # the HTTP gateway, with --http
+
+    def client_sockets(self) -> list:
+        """Every socket a client message comes in on."""
+        gateway = [self.gateway.sock] if self.gateway is not None else []
+        return list(self.public) + ([self.control] if self.control else []) + gateway
+
+
+class _Opening:
+    """The parts as they open, so that a start cut short knows what to close."""
+
+    def __init__(self):
+        for f in fields(Wiring):
+            setattr(self, f.name, list(f.default) if isinstance(f.default, tuple) else f.default)
+
+    def wiring(self) -> Wiring:
+        return Wiring(**{f.name: tuple(v) if isinstance(v := getattr(self, f.name), list) else v
+                         for f in fields(Wiring)})
+
+
+def start(settings, clock, metrics, busy_fds) -> Wiring:
+    """busy_fds: () -> the descriptors of peers holding a request (fds.FdGuard never closes those)."""
+    opening = _Opening()
+    try:
+        _open(opening, settings, clock, metrics, busy_fds)
+    except BaseException:
+        close(opening.wiring())      # what was opened, in close's order; the caller reports the failure
+        raise
+    wiring = opening.wiring()
+    event(log, "start", version=__version__, endpoints=",".join(settings.endpoints),
+          control=settings.control_endpoint or "none", model=settings.model or "tiny-demo",
+          workers=settings.worker_count, devices=",".join(settings.worker_devices()),
+          max_batch_size=settings.engine.max_batch_size, max_queue=settings.max_queue,
+          curve="on" if wiring.zap else "off", metrics=wiring.metrics_url or "off",
+          http=f"http://{settings.http}" if wiring.gateway else "off")
+    return wiring
+
+
+def _open(o: _Opening, settings, clock, metrics, busy_fds) -> None:
     _map_big_blocks()
-    sup.fd_limit = fds.raise_limit()     # before any socket: headroom for clients costs nothing unused
-    sup.ctx = zmq.Context()
-    sup.poller = zmq.Poller()
-    sup.peers = Peers(sup.poller, sup.clock)
-    sup.outbox = Outbox(sup.peers, sup.clock)
-    sup.inbox = Inbox(sup.peers, sup.clock)
-    _start_curve(sup)
-    sup.public = [_bind_client_socket(sup, ep, flag="--bind") for ep in sup.settings.endpoints]
-    public_listeners = list(sup._listeners)
-    control = sup.settings.control_endpoint
-    sup.control = _bind_client_socket(sup, control, mode=0o600, flag="--control") if control else None
+    o.fd_limit = fds.raise_limit()     # before any socket: headroom for clients costs nothing unused
+    o.ctx = zmq.Context()
+    o.poller = zmq.Poller()
+    o.peers = Peers(o.poller, clock)
+    o.outbox = Outbox(o.peers, clock)
+    o.inbox = Inbox(o.peers, clock)
+    keys = _start_curve(o, settings, clock)
+    for endpoint in settings.endpoints:
+        o.public.append(_bind_client_socket(o, settings, keys, endpoint, flag="--bind"))
+    public_listeners = list(o.listeners)
+    if settings.control_endpoint:
+        o.control = _bind_client_socket(o, settings, keys, settings.control_endpoint, mode=0o600, flag="--control")
     # The control endpoint keeps listening under pressure: only its owner can reach it.
-    sup.fd_guard = fds.FdGuard(sup.peers, public_listeners, sup.busy_fds, sup.clock, sup.fd_limit)
-    _start_backend(sup)
-    if sup.settings.media_root:
-        sup.media = MediaChecks(sup.ctx, sup.poller, sup._rundir, sup.settings, sup.clock)
-    sup.signals = SignalFlags(sup.poller)
-    _start_metrics(sup)
-    _start_gateway(sup)
-    sup.pool.start_generation(sup.settings)
-    event(log, "start", version=__version__, endpoints=",".join(sup.settings.endpoints),
-          control=control or "none", model=sup.settings.model or "tiny-demo",
-          workers=sup.settings.worker_count, devices=",".join(sup.settings.worker_devices()),
-          max_batch_size=sup.settings.engine.max_batch_size, max_queue=sup.settings.max_queue,
-          curve="on" if sup.zap else "off", metrics=sup.metrics_url or "off",
-          http=f"http://{sup.settings.http}" if sup.gateway else "off")
+    o.fd_guard = fds.FdGuard(o.peers, public_listeners, busy_fds, clock, o.fd_limit)
+    _start_backend(o, clock)
+    if settings.media_root:
+        o.media = MediaChecks(o.ctx, o.poller, o.rundir, settings, clock)
+    o.signals = SignalFlags(o.poller)
+    o.metrics_url = _serve_metrics(settings, metrics)
+    _start_gateway(o, settings, clock)
+    o.pool.start_generation(settings)
 
 
-def close(sup) -> None:
+def close(w: Wiring) -> None:
     # Client sockets first: a client connected to several daemons sees this one go at once
     # and sends elsewhere whatever it still awaits from here (final replies still leave: LINGER).
-    if hasattr(sup, "peers"):
-        sup.peers.close_monitors()     # their PAIR sockets would hold ctx.term() for ever
-    for sock in getattr(sup, "public", []) + [getattr(sup, "control", None)]:
+    if w.peers is not None:
+        w.peers.close_monitors()     # their PAIR sockets would hold ctx.term() for ever
+    for sock in [*w.public, w.control]:
         if sock is not None:
             sock.close()
-    if sup.gateway is not None:
-        sup.gateway.close()       # after the drain: its callers have had their replies
-    if sup.media is not None:
-        sup.media.close()         # empty by now: the drain waited for its checks
-    if hasattr(sup, "pool"):
-        sup.pool.stop_all()
-    if hasattr(sup, "backend"):
-        sup.backend.close()
-    if sup.zap is not None:
-        sup.zap.close()
-    if hasattr(sup, "ctx"):
-        sup.ctx.term()
-    for listener in sup._listeners:
+    if w.gateway is not None:
+        w.gateway.close()       # after the drain: its callers have had their replies
+    if w.media is not None:
+        w.media.close()         # empty by now: the drain waited for its checks
+    if w.pool is not None:
+        w.pool.stop_all()
+    if w.backend is not None:
+        w.backend.close()
+    if w.zap is not None:
+        w.zap.close()
+    if w.ctx is not None:
+        w.ctx.term()
+    for listener in w.listeners:
         listener.remove_file()      # only while it is still ours: never another user's socket
-    if getattr(sup, "_rundir", None):
-        shutil.rmtree(sup._rundir, ignore_errors=True)
-    if sup.signals is not None:
-        sup.signals.close()
-    sup.metrics.close()
-    sup.notifier.close()
-    failure = sup.run_state.failure
-    event(log, "stop", exit_code=sup.run_state.exit_code, **({"error": failure} if failure else {}))
+    if w.rundir:
+        shutil.rmtree(w.rundir, ignore_errors=True)
+    if w.signals is not None:
+        w.signals.close()
 
 
-def _start_curve(sup) -> None:
-    if not sup.settings.curve:
-        return
+def end(metrics, notifier, exit_code: int, failure: str | None) -> None:
+    """After close (or a start that failed): what the supervisor held from before start, then the stop event."""
+    metrics.close()
+    notifier.close()
+    event(log, "stop", exit_code=exit_code, **({"error": failure} if failure else {}))
+
+
+def _start_curve(o: _Opening, settings, clock) -> tuple | None:
+    """The server's keys, with --curve; the ZAP handler that checks each client's."""
+    if not settings.curve:
+        return None
     try:
-        sup._curve_keys = curve.load_server_keys(sup.settings.curve_secret_key)
+        keys = curve.load_server_keys(settings.curve_secret_key)
     except ValueError as exc:
         raise StartupError(str(exc)) from None
-    sup.zap = curve.ZapHandler(sup.ctx, sup.settings.curve_allowed_clients, sup.clock)
-    sup.poller.register(sup.zap.sock, zmq.POLLIN)
+    o.zap = curve.ZapHandler(o.ctx, settings.curve_allowed_clients, clock)
+    o.poller.register(o.zap.sock, zmq.POLLIN)
+    return keys
 
 
-def _start_backend(sup) -> None:
-    sup._rundir = tempfile.mkdtemp(prefix="jevany-workers-")   # 0700: only we reach the workers
-    endpoint = f"ipc://{sup._rundir}/backend.sock"
-    sup.backend = sup.ctx.socket(zmq.ROUTER)
-    sup.backend.setsockopt(zmq.LINGER, 0)
-    sup.backend.bind(endpoint)
-    sup.poller.register(sup.backend, zmq.POLLIN)
-    sup.pool = WorkerPool(sup.backend, endpoint, sup.poller, sup.clock)
+def _start_backend(o: _Opening, clock) -> None:
+    o.rundir = tempfile.mkdtemp(prefix="jevany-workers-")   # 0700: only we reach the workers
+    endpoint = f"ipc://{o.rundir}/backend.sock"
+    o.backend = o.ctx.socket(zmq.ROUTER)
+    o.backend.setsockopt(zmq.LINGER, 0)
+    o.backend.bind(endpoint)
+    o.poller.register(o.backend, zmq.POLLIN)
+    o.pool = WorkerPool(o.backend, endpoint, o.poller, clock)
 
 
-def _start_metrics(sup) -> None:
-    if sup.settings.metrics_port is None:
-        return
-    host = sup.settings.metrics_host
+def _serve_metrics(settings, metrics) -> str | None:
+    """The metrics endpoint's URL, with --metrics-port."""
+    if settings.metrics_port is None:
+        return None
+    host = settings.metrics_host
     shown = f"[{host}]" if ":" in host else host
     try:
-        port = sup.metrics.serve(sup.settings.metrics_port, host)
+        port = metrics.serve(settings.metrics_port, host)
     except OSError as exc:
-        raise StartupError(f"cannot serve metrics on {shown}:{sup.settings.metrics_port}: {exc}") from None
-    sup.metrics_url = f"http://{shown}:{port}/metrics"
+        raise StartupError(f"cannot serve metrics on {shown}:{settings.metrics_port}: {exc}") from None
+    return f"http://{shown}:{port}/metrics"
 
 
-def _start_gateway(sup) -> None:
-    if sup.settings.http is None:
+def _start_gateway(o: _Opening, settings, clock) -> None:
+    if settings.http is None:
         return
-    sup.gateway = GatewayProcess(sup.ctx, sup.poller, sup._rundir, sup.settings, sup.clock)
-    sup.inbox.gateway_sock = sup.gateway.sock
-    sup.gateway.start(sup.metrics_url)
+    o.gateway = GatewayProcess(o.ctx, o.poller, o.rundir, settings, clock)
+    o.inbox.gateway_sock = o.gateway.sock
+    o.gateway.start(o.metrics_url)
 
 
-def _bind_client_socket(sup, endpoint: str, flag: str, mode: int | None = None):
-    keys = sup._curve_keys if sup.zap is not None else None
-    sock, listener = bind_router(sup.ctx, endpoint, sup.settings.max_message_bytes, keys,
-                                 sup.settings.socket_mode if mode is None else mode, flag=flag)
-    sup._listeners.append(listener)
-    sup.peers.watch(sock)
-    sup.inbox.watched.add(sock)
-    sup.poller.register(sock, zmq.POLLIN)
+def _bind_client_socket(o: _Opening, settings, keys, endpoint: str, flag: str, mode: int | None = None):
+    """Bound, and watched: its peers (peers.py), its messages (inbox.py), poll."""
+    sock, listener = bind_router(o.ctx, endpoint, settings.max_message_bytes, keys,
+                                 settings.socket_mode if mode is None else mode, flag=flag)
+    o.listeners.append(listener)
+    o.peers.watch(sock)
+    o.inbox.watched.add(sock)
+    o.poller.register(sock, zmq.POLLIN)
     return sock
 
 

@@ -10,8 +10,11 @@ Each turn of the loop runs the same phases, in order:
 The phases are here; what they hand on has rooms of its own beside the loop:
 each client message and its op (client_ops.py), each worker message and exit
 (worker_events.py), a reload (reload.py), the status op's figures (status.py),
+each reply counted and sent (replies.py), where the run stands (run_state.py),
 and what the loop runs on, opened before its first turn and closed after its
-last (lifecycle.py).
+last (lifecycle.py). Each is handed the parts it uses, never the supervisor:
+what one helper needs of another it is given directly, so what each depends
+on can be read from its constructor.
 
 Every message a client sends gets exactly one reply: an answer, or a typed
 error (invalid_message, overloaded, deadline_exceeded, shutting_down,
@@ -36,17 +39,14 @@ from . import channel, lifecycle
 from .admission import RequestQueue
 from .cache_clears import CacheClears
 from .client_ops import ClientOps
-from .gateway import GatewayProcess
 from .gather import Gather
 from .logs import RateLimited, event
-from .media_checks import MediaChecks
 from .metrics import Metrics
 from .reload import Reloads
 from .replies import Replies
 from .run_state import DRAINING, READY, STARTING, RunState
 from .sdnotify import Notifier
 from .settings import ServeSettings
-from .signals import SignalFlags
 from .sockets import StartupError     # raised by run(); the command line catches it from here
 from .status import Counters, StatusLine, StatusView, plan_status, prefix_cache
 from .worker_events import WorkerEvents
@@ -70,55 +70,48 @@ class Supervisor:
         self.notifier = Notifier(env)
         self.overloads = RateLimited(log, "overload", OVERLOAD_LOG_EVERY_S, clock, level=logging.WARNING)
         self.run_state = RunState(started=clock())
-        self.zap = None
-        self.gateway: GatewayProcess | None = None    # the HTTP gateway, with --http
-        self.media: MediaChecks | None = None          # the media checker, with --media-root
-        self.metrics_url = None
-        self.signals: SignalFlags | None = None
         self.clears = CacheClears()        # control clients awaiting clear_cache's count
         self.gather = Gather()             # when a free worker waits for answered clients (GPU-aware)
+        self.wiring: lifecycle.Wiring | None = None     # what the loop runs on, once started
         self._gather_until: float | None = None
-        self._listeners: list = []         # every bound client endpoint (sockets.Listener)
         self._next_report = self._next_watchdog = clock()
 
     # --- lifecycle -------------------------------------------------------
 
     def run(self) -> int:
         try:
-            self.start()
+            self.wiring = lifecycle.start(self.settings, self.clock, self.metrics, self.busy_fds)
+            self._assemble(self.wiring)
             while not self.run_state.done:
                 self.tick()
         except StartupError as exc:
             self.run_state.fail(str(exc))     # what the stop event reports, and the exit status
             raise
         finally:
-            self.close()
+            if self.wiring is not None:
+                lifecycle.close(self.wiring)
+            lifecycle.end(self.metrics, self.notifier, self.run_state.exit_code, self.run_state.failure)
         return self.run_state.exit_code
 
-    def start(self) -> None:
-        lifecycle.start(self)
-        self._assemble()
-
-    def _assemble(self) -> None:
+    def _assemble(self, w: lifecycle.Wiring) -> None:
         """The helpers, each handed the parts it uses; what reads the settings gets a getter (reloads)."""
         settings = self._current_settings
-        self.replies = Replies(counters=self.counters, metrics=self.metrics, outbox=self.outbox, queue=self.queue,
-                               pool=self.pool, gather=self.gather, clock=self.clock, settings=settings,
-                               gateway=self.gateway)
-        self.status_line = StatusLine(self.run_state, self.pool, self.queue, self.counters, self.clock)
+        self.replies = Replies(counters=self.counters, metrics=self.metrics, outbox=w.outbox, queue=self.queue,
+                               pool=w.pool, gather=self.gather, clock=self.clock, settings=settings,
+                               gateway=w.gateway)
+        self.status_line = StatusLine(self.run_state, w.pool, self.queue, self.counters, self.clock)
         self.reloads = Reloads(fresh_settings=self.fresh_settings, settings=settings, run_state=self.run_state,
-                               pool=self.pool, zap=self.zap, clock=self.clock, notifier=self.notifier,
+                               pool=w.pool, zap=w.zap, clock=self.clock, notifier=self.notifier,
                                metrics=self.metrics, replies=self.replies, status_line=self.status_line)
         self.status = StatusView(version=__version__, run_state=self.run_state, clock=self.clock, settings=settings,
-                                 counters=self.counters, gather=self.gather, queue=self.queue, pool=self.pool,
-                                 reloads=self.reloads, metrics_url=self.metrics_url, zap=self.zap,
-                                 fd_guard=self.fd_guard, inbox=self.inbox, outbox=self.outbox, gateway=self.gateway,
-                                 media=self.media)
-        self.ops = ClientOps(clock=self.clock, run_state=self.run_state, queue=self.queue, media=self.media,
-                             gather=self.gather, overloads=self.overloads, pool=self.pool, clears=self.clears,
-                             reloads=self.reloads, control=self.control, replies=self.replies, status=self.status,
+                                 counters=self.counters, gather=self.gather, queue=self.queue, pool=w.pool,
+                                 reloads=self.reloads, metrics_url=w.metrics_url, zap=w.zap, fd_guard=w.fd_guard,
+                                 inbox=w.inbox, outbox=w.outbox, gateway=w.gateway, media=w.media)
+        self.ops = ClientOps(clock=self.clock, run_state=self.run_state, queue=self.queue, media=w.media,
+                             gather=self.gather, overloads=self.overloads, pool=w.pool, clears=self.clears,
+                             reloads=self.reloads, control=w.control, replies=self.replies, status=self.status,
                              begin_drain=self.begin_drain)
-        self.events = WorkerEvents(pool=self.pool, run_state=self.run_state, settings=settings, clock=self.clock,
+        self.events = WorkerEvents(pool=w.pool, run_state=self.run_state, settings=settings, clock=self.clock,
                                    gather=self.gather, counters=self.counters, metrics=self.metrics,
                                    notifier=self.notifier, status_line=self.status_line, replies=self.replies,
                                    clears=self.clears, reloads=self.reloads, fail=self.fail)
@@ -142,29 +135,26 @@ class Supervisor:
         self.finish_drain()
         self.report()
 
-    def close(self) -> None:
-        lifecycle.close(self)
-
     # --- phases ----------------------------------------------------------
 
     def wait(self) -> dict:
-        now = self.clock()
+        w, now = self.wiring, self.clock()
         timeout = IDLE_WAIT_MS
         deadline = self.queue.next_deadline()
         if deadline is not None:
             timeout = min(timeout, int((deadline - now) * 1000) + 1)
         if self.notifier.watchdog_s is not None:
             timeout = min(timeout, int((self._next_watchdog - now) * 1000) + 1)
-        if self.gateway is not None and (restart_in := self.gateway.wait_s()) is not None:
+        if w.gateway is not None and (restart_in := w.gateway.wait_s()) is not None:
             timeout = min(timeout, int(restart_in * 1000) + 1)
-        if self.media is not None and (due := self.media.next_deadline()) is not None:
+        if w.media is not None and (due := w.media.next_deadline()) is not None:
             timeout = min(timeout, int((due - now) * 1000) + 1)
         if self._gather_until is not None:
             timeout = min(timeout, max(0, int((self._gather_until - now) * 1000) + 1))
-        return dict(self.poller.poll(max(0, timeout)))
+        return dict(w.poller.poll(max(0, timeout)))
 
     def handle_signals(self) -> None:
-        for signum in self.signals.take():
+        for signum in self.wiring.signals.take():
             if signum == signal.SIGHUP:
                 self.reloads.begin(cause="SIGHUP")
                 continue
@@ -173,39 +163,40 @@ class Supervisor:
             self.begin_drain(exiting=True, cause=signal.Signals(signum).name)
 
     def authenticate(self, ready: dict) -> None:
-        if self.zap is not None and self.zap.sock in ready:
-            self.zap.handle()
+        zap = self.wiring.zap
+        if zap is not None and zap.sock in ready:
+            zap.handle()
 
     def receive_clients(self) -> None:
         # Every client socket, whatever poll saw: a turn cut short by the budget left some waiting.
-        self.peers.read()
-        gateway = [self.gateway.sock] if self.gateway is not None else []
-        self.inbox.take(self.public + ([self.control] if self.control else []) + gateway, self.ops.handle)
+        self.wiring.peers.read()
+        self.wiring.inbox.take(self.wiring.client_sockets(), self.ops.handle)
 
     def receive_media(self, ready: dict) -> None:
-        if self.media is not None:
-            for entry, ok, outcome in self.media.receive(ready):
+        if self.wiring.media is not None:
+            for entry, ok, outcome in self.wiring.media.receive(ready):
                 self.ops.media_checked(entry, ok, outcome)
 
     def receive_workers(self) -> None:
         # Whatever poll saw: after a long turn, heartbeats wait here that poll knew nothing of.
+        backend, pool = self.wiring.backend, self.wiring.pool
         for _ in range(RECEIVE_BURST):
-            if not has_message(self.backend):
+            if not has_message(backend):
                 break
             try:
-                ident, payload = self.backend.recv_multipart(zmq.NOBLOCK)
+                ident, payload = backend.recv_multipart(zmq.NOBLOCK)
             except zmq.Again:
                 break
             except ValueError:
                 continue   # not a worker's two-frame message; nothing else can reach this ipc path
-            worker = self.pool.find(ident)
+            worker = pool.find(ident)
             if worker is not None:
                 worker.last_seen = self.clock()
                 self.events.handle(worker, channel.decode(payload))
 
     def expire_deadlines(self) -> None:
-        now = self.clock()
-        expired = self.queue.take_expired(now) + (self.media.take_expired(now) if self.media is not None else [])
+        now, media = self.clock(), self.wiring.media
+        expired = self.queue.take_expired(now) + (media.take_expired(now) if media is not None else [])
         for entry in expired:
             self.replies.reply_error(entry, DeadlineExceededError("timeout_ms passed before scoring began"))
 
@@ -221,7 +212,7 @@ class Supervisor:
         """
         now, full = self.clock(), self.settings.engine.max_batch_size
         self._gather_until = None
-        for worker in self.pool.serving():
+        for worker in self.wiring.pool.serving():
             if not len(self.queue):
                 return
             if worker.available:
@@ -234,7 +225,7 @@ class Supervisor:
             entries = self.queue.take(full)
             for entry in entries:
                 self.metrics.queue_wait.observe(now - entry.received)
-            worker.hand_over(self.backend, entries, now)
+            worker.hand_over(self.wiring.backend, entries, now)
 
     def send_answers(self) -> None:
         """Reply to what workers answered this tick. After dispatch, so a worker that just freed
@@ -246,30 +237,32 @@ class Supervisor:
                 self.replies.reply_error(entry, outcome, noted=True)
 
     def watch_workers(self) -> None:
+        w = self.wiring
         self.receive_workers()     # a worker is judged on everything it has said, not on what poll saw
-        for worker, cause in self.pool.hung():
+        for worker, cause in w.pool.hung():
             event(log, "worker_hung", level=logging.WARNING, index=worker.slot, pid=worker.pid, cause=cause)
             worker.kill(cause)
-        for worker in self.pool.exited():
+        for worker in w.pool.exited():
             self.events.on_exit(worker)
-        self.pool.retire_idle()
-        if self.media is not None:
+        w.pool.retire_idle()
+        if w.media is not None:
             self.receive_media(None)      # likewise a check that finished is not judged overdue
-            for entry, ok, outcome in self.media.watch():
+            for entry, ok, outcome in w.media.watch():
                 self.ops.media_checked(entry, ok, outcome)
-        if self.gateway is not None:
+        if w.gateway is not None:
             # While stopping, one that exits is reaped but not started again.
-            self.gateway.watch(restart=not self.run_state.stopping)
+            w.gateway.watch(restart=not self.run_state.stopping)
 
     def guard_fds(self) -> None:
-        self.peers.read()
-        self.fd_guard.check()
+        self.wiring.peers.read()
+        self.wiring.fd_guard.check()
 
     def busy_fds(self) -> set:
         """Descriptors of peers holding a request: never closed for being idle."""
-        entries = list(self.queue) + [e for w in self.pool.workers for e in w.inflight.values()]
-        if self.media is not None:
-            entries += self.media.entries()
+        w = self.wiring
+        entries = list(self.queue) + [e for worker in w.pool.workers for e in worker.inflight.values()]
+        if w.media is not None:
+            entries += w.media.entries()
         return {e.envelope.peer.fd for e in entries if getattr(e.envelope, "peer", None) is not None}
 
     def advance_reload(self) -> None:
@@ -278,39 +271,40 @@ class Supervisor:
             self.settings = settings      # what every part's settings getter reads from now on
 
     def finish_drain(self) -> None:
-        if self.run_state.state != DRAINING:
+        run, media = self.run_state, self.wiring.media
+        if run.state != DRAINING:
             return
-        if self.run_state.stopping_now:
-            waiting = self.queue.take_all() + (self.media.close_waiting() if self.media is not None else [])
+        if run.stopping_now:
+            waiting = self.queue.take_all() + (media.close_waiting() if media is not None else [])
             for entry in waiting:
                 self.replies.reply_error(entry, ShuttingDownError("the daemon stopped before scoring this request"))
-        if len(self.queue) or self.pool.inflight() or (self.media is not None and self.media.pending()):
+        if len(self.queue) or self.wiring.pool.inflight() or (media is not None and media.pending()):
             return
-        self.replies.drained(self.run_state.drained())
+        self.replies.drained(run.drained())
 
     def report(self) -> None:
-        now = self.clock()
-        if self.metrics_url is not None:     # a few label lookups per tick, on every request's path
-            self.metrics.gauges(len(self.queue), self.queue.max_depth, self.pool.inflight(),
-                                [w.state for w in self.pool.workers], self.run_state.state == READY)
-            self.metrics.prefix_cache_stats(prefix_cache(self.pool, self.settings))
-            self.metrics.plan_stats(plan_status(self.pool, self.settings))
-            self.metrics.descriptors(self.fd_guard.describe())
+        w, now = self.wiring, self.clock()
+        if w.metrics_url is not None:     # a few label lookups per tick, on every request's path
+            self.metrics.gauges(len(self.queue), self.queue.max_depth, w.pool.inflight(),
+                                [worker.state for worker in w.pool.workers], self.run_state.state == READY)
+            self.metrics.prefix_cache_stats(prefix_cache(w.pool, self.settings))
+            self.metrics.plan_stats(plan_status(w.pool, self.settings))
+            self.metrics.descriptors(w.fd_guard.describe())
         self.overloads.flush()
-        self.outbox.dropped.flush()
+        w.outbox.dropped.flush()
         if self.notifier.watchdog_s is not None and now >= self._next_watchdog:
             self.notifier.watchdog()
             self._next_watchdog = now + self.notifier.watchdog_s
         if now >= self._next_report:
             self._next_report = now + REPORT_EVERY_S
             self.notifier.status(self.status_line())     # while loading too: "starting: 1/2 workers"
-            self.outbox.forget_gone()
+            w.outbox.forget_gone()
 
     # --- stopping --------------------------------------------------------
 
     def begin_drain(self, exiting: bool, cause: str) -> None:
         if not self.run_state.winding_down:
-            event(log, "drain", cause=cause, queued=len(self.queue), inflight=self.pool.inflight())
+            event(log, "drain", cause=cause, queued=len(self.queue), inflight=self.wiring.pool.inflight())
             self.notifier.stopping(f"draining: {cause}")
             self.reloads.cancel("the daemon began draining")
         self.run_state.begin_drain(exiting)

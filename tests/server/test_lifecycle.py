@@ -1,6 +1,7 @@
 """Start-up, shutdown and client timeouts against a real daemon process."""
 import os
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -150,6 +151,22 @@ def test_refuses_a_socket_another_daemon_is_serving(start_daemon, tiny_model):
     with daemon.client(timeout=30) as client:
         assert client.ping()["pong"]        # the first daemon kept its socket
     daemon.stop()
+
+
+def test_a_start_cut_short_closes_the_endpoints_it_had_bound(tiny_model):
+    # The first of two --bind endpoints was bound when the second failed: left open, it held the ZeroMQ
+    # context's termination for ever, and the daemon never exited.
+    d = Path(tempfile.mkdtemp(prefix="jvd-"))
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        proc = run_serve("--model", str(tiny_model("qwen3", "pointer")), "--bind", f"ipc://{d}/first.sock",
+                         "--bind", f"tcp://127.0.0.1:{port}", "--control", f"ipc://{d}/c.sock", timeout=30)
+    assert proc.returncode == 1 and f"cannot bind tcp://127.0.0.1:{port} (--bind)" in proc.stderr
+    assert "event=stop exit_code=1" in proc.stderr
+    assert not (d / "first.sock").exists()          # the one it had bound is closed, its file removed
+    os.rmdir(d)
 
 
 def test_status_fields(start_daemon):
