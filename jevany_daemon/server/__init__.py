@@ -3,7 +3,9 @@
 supervisor.py  the one loop and its phases: receive → admit → dispatch → reply, signals, drain
 client_ops.py  each client message: decoded, allowed or refused, its op run (decide, status, control ops)
 worker_events.py  each worker message (hello, early answers, results, cleared, failed) and exit
-lifecycle.py   what the loop runs on, opened before its first turn and closed after its last
+lifecycle.py   what the loop runs on (one frozen Wiring), opened before its first turn and closed after its last
+run_state.py   where the run stands (starting, ready, draining, drained), how it ends, who awaits "drained"
+replies.py     each reply counted, logged where asked, and sent to whoever asked, a decide reply with the load
 admission.py   the bounded request queue and deadlines
 pool.py        every worker process, by generation (serving, incoming during a reload, retiring)
 workers.py     one worker as the supervisor sees it: hand-over, heartbeat and batch deadlines, exit causes
@@ -26,7 +28,7 @@ curve.py       CurveZMQ key files and the ZAP handler
 sdnotify.py    systemd's notify protocol (READY, STATUS, WATCHDOG, STOPPING)
 metrics.py     Prometheus metrics
 signals.py     signal handlers that only set flags
-status.py      live counters behind the status op
+status.py      live counters and figures behind the status op, from the parts they read; systemd's STATUS=
 settings.py    flag > environment > TOML > default, validated before weights load
 validation.py  the rules settings must meet, checked before any weights load
 logs.py        one key=value line per event; rate-limited events
