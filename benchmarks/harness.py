@@ -79,11 +79,11 @@ def alternating(settings: list[str], rounds: int, measure) -> dict[str, list]:
 
 
 def like_a_worker() -> None:
-    """Run this script again under the settings a worker gets (server/workers.py): OpenMP's wait policy,
+    """Run this script again under the settings a worker gets (server/worker_handle.py): OpenMP's wait policy,
     and glibc's malloc thresholds unless --glibc-malloc is on its command line; an operator's own
     settings win. Both are read as a process starts, and what a script measures in its own process
     stands for a worker (and must not disturb one: threads left spinning take the daemon's cores)."""
-    from jevany_daemon.server.workers import malloc_settings, thread_settings
+    from jevany_daemon.server.worker_handle import malloc_settings, thread_settings
 
     extra = thread_settings(os.environ)
     if "--glibc-malloc" not in sys.argv:
@@ -94,7 +94,7 @@ def like_a_worker() -> None:
 
 def worker_env_in_effect() -> dict:
     """The worker's malloc and thread variables as this process has them (None: the default), for a result."""
-    from jevany_daemon.server.workers import MALLOC_DEFAULTS, THREAD_DEFAULTS
+    from jevany_daemon.server.worker_handle import MALLOC_DEFAULTS, THREAD_DEFAULTS
 
     return {k: os.environ.get(k) for k in (*MALLOC_DEFAULTS, *THREAD_DEFAULTS, "GOMP_SPINCOUNT")}
 

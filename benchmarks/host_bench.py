@@ -30,7 +30,7 @@ with the default prefix cache, one torch thread, this measures per pass of
 - per arch, what a full garbage collection costs (one comes every hundred
   passes or so, and the device waits through it): with the heap as loaded,
   and after the passes with it settled as a worker settles it
-  (server/worker.py settle_heap).
+  (worker/process.py settle_heap).
 
 Cases: `short` (the bench's short workload: 20-40 token states, 1-2
 questions: 32 misses the cache does not keep); `recurring` (the same states,
@@ -54,7 +54,7 @@ requests; the kept states opened by the repeat's number), as a daemon meets
 them: the same batch again would find its prompts' lines and its replies'
 words remembered (engine/piecewise.py).
 
-It runs under the glibc malloc settings a worker gets (server/workers.py,
+It runs under the glibc malloc settings a worker gets (server/worker_handle.py,
 MALLOC_DEFAULTS: it runs itself again with them) unless --glibc-malloc, or
 an operator's own MALLOC_* settings, are given.
 
@@ -79,7 +79,7 @@ from jevany_daemon.engine.engine import Engine
 from jevany_daemon.engine.probe import Probe
 from jevany_daemon.model.loading import load_model
 from jevany_daemon.model.tiny import build_tiny_model
-from jevany_daemon.server.worker import settle_heap
+from jevany_daemon.worker.process import settle_heap
 
 HERE = Path(__file__).resolve().parent
 ARCHS = {"qwen3": 28, "qwen3_5": 24}     # arch -> layers of the deep shape
@@ -236,7 +236,7 @@ def main(argv=None) -> int:
             gc.unfreeze()        # each arch measured alike: the heap as a worker has it once this model is loaded
             engine = build_engine(Path(tmp), arch, args.shape)
             # A full collection walks every object the collector tracks; the worker puts what it loaded out
-            # of its sight (server/worker.py settle_heap), and this measures what one costs before and after.
+            # of its sight (worker/process.py settle_heap), and this measures what one costs before and after.
             loaded = full_collection_ms()
             settle_heap()
             results[arch] = {case: run_case(engine, case, args.requests, repeats) for case in args.cases}

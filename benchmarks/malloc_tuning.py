@@ -9,7 +9,7 @@ allocates (masks, inputs, activations) are mapped and zero-filled again by
 the next: page faults, in the kernel, on the host's time. Each round scores
 the same hand-over (32 short requests, tiny Qwen3, choice readout, the
 engine's defaults up to 32 requests a pass, one torch thread) in a fresh
-process per setting, glibc's defaults or the worker's (server/workers.py
+process per setting, glibc's defaults or the worker's (server/worker_handle.py
 MALLOC_DEFAULTS), set before the process starts; the settings alternate, so
 the machine's noise falls on both. Reported per setting: the median
 hand-over's wall, CPU and kernel ms, its minor page faults, and the
@@ -32,7 +32,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "client")]
 
-from jevany_daemon.server.workers import MALLOC_DEFAULTS, malloc_settings  # noqa: E402
+from jevany_daemon.server.worker_handle import MALLOC_DEFAULTS, malloc_settings  # noqa: E402
 
 # One measurement, in a process of its own (glibc reads its settings once, as the process starts).
 CHILD = r"""

@@ -9,7 +9,13 @@ inprocess.py       JevModel: the engine in this process
 asgi.py            JevAny's HTTP API on a model in this process
 parity.py          how far apart two sets of answers are
 workloads.py       synthetic decide requests for tests, the demo and benchmarks
-server/            the supervisor and its workers; server/settings.py holds the daemon's own settings
+channel.py         the records the supervisor and its workers exchange, named once for both ends
+logs.py            one key=value line per event, and rate-limited events, for every process
+inherited_settings.py  settings to child processes through an inherited descriptor, not argv
+tenants.py         whose requests may share the prefix cache: a salt from a key, a uid or a token
+http_options.py    the HTTP settings' words: the dialects, how CORS origins are written
+server/            the supervisor process; server/settings.py holds the daemon's own settings
+worker/            the worker process: the model, the engine's loop
 engine/, model/, media/, gateway/, starter/  the engine, the weights, media, the HTTP gateway, the starter
 """
 

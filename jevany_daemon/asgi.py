@@ -19,7 +19,7 @@ from pathlib import Path
 from fastapi import FastAPI
 
 from .gateway.app import Gateway, create_app as _routes
-from .gateway.dialects import DIALECTS
+from .http_options import DIALECTS
 from .gateway.embedded import InProcess
 from .inprocess import JevModel
 from .server.settings import ServeSettings

@@ -128,7 +128,7 @@ def serve(**given) -> None:
     JEVANY_LOG_LEVEL (DEBUG, INFO, WARNING or ERROR; default INFO) and
     JEVANY_CACHE_DIR (where the demo model is built; default ~/.cache/jevany).
     """
-    from jevany_daemon.server.logs import configure_logging, event
+    from jevany_daemon.logs import configure_logging, event
     from jevany_daemon.server.settings import SettingsError, resolve
     from jevany_daemon.server.supervisor import StartupError, Supervisor
 

@@ -65,7 +65,7 @@ class EngineConfig:
         "GPU", rule=fraction("must be between 0 and 1"))
     layout: str = reloadable(
         "auto", "auto | rows | packed | shared.", group="batching", rule=one_of(LAYOUTS))
-    # adaptive: engine/policy.py measures batched passes against single ones per width class.
+    # adaptive: engine/batch_policy.py measures batched passes against single ones per width class.
     batch_policy: str = reloadable(
         "adaptive", "adaptive: batch a length class only where batched passes measured faster; greedy: "
         "always.", group="batching", rule=one_of(BATCH_POLICIES))

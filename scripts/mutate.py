@@ -50,13 +50,14 @@ def m(name, path, before, after, *tests) -> Mutation:
 
 ENGINE = "jevany_daemon/engine/"
 SERVER = "jevany_daemon/server/"
+WORKER = "jevany_daemon/worker/"
 CLIENT = "client/jevany_client/"
 # The tests that cover each module, as few as catch its slips: each mutation runs them once.
 RETRIES = "tests/client/test_retries.py"
 PROMISES = "tests/client/test_client_promises.py"
 RESENDS = "tests/client/test_resends.py"
 CALLS = (RETRIES, PROMISES, RESENDS)     # a call's tries, whichever part of them a slip breaks
-WORKER_LOOP = "tests/server/test_worker_loop.py"
+WORKER_LOOP = "tests/worker/test_loop.py"
 GATHER = "tests/server/test_gather.py"
 ROUTING = "tests/client/test_routing.py"
 FLEET_ROUTING = "tests/client/test_fleet_routing.py"
@@ -96,10 +97,10 @@ MUTATIONS = [
       "                real -= 0",
       "tests/engine/test_packing.py::test_requests_continuing_one_kept_state_never_overrun_the_packed_token_bound"),
     # --- the adaptive policy ------------------------------------------------------------
-    m("policy: the newest pass weighs four fifths", ENGINE + "policy.py",
+    m("policy: the newest pass weighs four fifths", ENGINE + "batch_policy.py",
       "        self.rates[key] = rate if old is None else (1 - SMOOTHING) * old + SMOOTHING * rate",
       "        self.rates[key] = rate if old is None else SMOOTHING * old + (1 - SMOOTHING) * rate",
-      "tests/engine/test_policy.py"),
+      "tests/engine/test_batch_policy.py"),
     # --- prefix reuse -------------------------------------------------------------------
     m("prefix reuse: a hit costed as if its state ran again", ENGINE + "prefix_reuse.py",
       "        new, tails = len(enc.stem) - self.prefix_cache.peek(enc.stem, enc.tenant), sum(self._tail_lengths(enc))",
@@ -160,29 +161,29 @@ MUTATIONS = [
     m("replies: a daemon answering shutting_down stays in the pool (both clients: Peer.replies)",
       CLIENT + "fleet.py", "                self.draining = True\n", "                pass\n",
       FLEET_ROUTING + "::test_a_daemon_answering_shutting_down_leaves_the_pool_at_once"),
-    # --- the worker's pipeline (worker_loop.py) ------------------------------------------
-    m("worker: work taken ahead keeps no deadline", SERVER + "worker_loop.py",
+    # --- the worker's pipeline (worker/loop.py) ------------------------------------------
+    m("worker: work taken ahead keeps no deadline", WORKER + "loop.py",
       "            deadlines.append(None if left is None else now + float(left))",
       "            deadlines.append(None)", WORKER_LOOP),
-    m("worker: no deadline check before a pass", SERVER + "worker_loop.py",
+    m("worker: no deadline check before a pass", WORKER + "loop.py",
       "            self.expire()",
       "            pass", WORKER_LOOP),
-    m("worker: work without a deadline expires", SERVER + "worker_loop.py",
+    m("worker: work without a deadline expires", WORKER + "loop.py",
       "            if self.deadlines.get(key, now + 1) <= now:",
       "            if self.deadlines.get(key, now - 1) <= now:", WORKER_LOOP),
-    m("worker: an expired request scored as well", SERVER + "worker_loop.py",
+    m("worker: an expired request scored as well", WORKER + "loop.py",
       "            else:\n                kept.append(pending)",
       "            if True:\n                kept.append(pending)", WORKER_LOOP),
-    m("worker: a request refused at admission never answered", SERVER + "worker_loop.py",
+    m("worker: a request refused at admission never answered", WORKER + "loop.py",
       "                self.ready.append(_wire(tag, exc))",
       "                pass", WORKER_LOOP),
-    m("worker: every answer marked the last", SERVER + "worker_loop.py",
+    m("worker: every answer marked the last", WORKER + "loop.py",
       "        kind = channel.EARLY if self.busy else channel.RESULTS",
       "        kind = channel.RESULTS", WORKER_LOOP),
-    m("worker: on an accelerator the next pass waits for this one's answers", SERVER + "worker_loop.py",
+    m("worker: on an accelerator the next pass waits for this one's answers", WORKER + "loop.py",
       "            self.launch()         # the device starts the next pass while this one is answered",
       "            pass", WORKER_LOOP),
-    m("worker: hand-overs during a pass wait for it to end", SERVER + "worker_loop.py",
+    m("worker: hand-overs during a pass wait for it to end", WORKER + "loop.py",
       "        if asynchronous:\n            # While the device runs",
       "        if False:\n            # While the device runs", WORKER_LOOP),
     # --- GPU-aware group commit (gather.py) ----------------------------------------------
@@ -206,7 +207,7 @@ MUTATIONS = [
     m("gather: clients never seen coming back waited for", SERVER + "gather.py",
       "            if client in self._returning:      # a client never seen coming back",
       "            if True:      # a client never seen coming back", GATHER),
-    m("gather: requests through the HTTP gateway waited for as one client", SERVER + "admission.py",
+    m("gather: requests through the HTTP gateway waited for as one client", SERVER + "request_queue.py",
       '        if self.transport == "http":', "        if False:", GATHER),
     m("gather: the newest pass cost weighs four fifths", SERVER + "gather.py",
       "(1 - SMOOTHING) * old[1] + SMOOTHING * seconds)", "SMOOTHING * old[1] + (1 - SMOOTHING) * seconds)", GATHER),

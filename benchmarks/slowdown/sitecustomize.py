@@ -10,7 +10,7 @@ import sys
 
 _FACTOR = float(os.environ.get("JEVANY_BENCH_SLOWDOWN", "0") or 0)
 
-if _FACTOR > 0 and sys.orig_argv[1:3] == ["-m", "jevany_daemon.server.worker"]:
+if _FACTOR > 0 and sys.orig_argv[1:3] == ["-m", "jevany_daemon.worker"]:
     import functools
     import time
 

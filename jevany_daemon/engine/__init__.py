@@ -5,7 +5,7 @@ prompts.py       request → tokens (native delimiters or choice-token chat prom
 chat_prompt.py   the chat template rendered once: constant token ids around the user message
 piecewise.py     texts tokenized by pieces the tokenizer provably cuts at (lines, words), each remembered
 batching.py      which requests share a pass, and who runs it (group commit)
-policy.py        when batching pays, learnt from the passes run
+batch_policy.py  when batching pays, learnt from the passes run
 layouts.py       tokens → forward passes (rows, packed, or shared: prefix, then branches from its cache)
 prefix_cache.py  prefixes already computed, kept LRU within entry and byte bounds; the head pinned
 prefix_reuse.py  passes that continue from the longest kept prefix (one forward; hybrid kept states: two)

@@ -3,7 +3,7 @@
 The same object serves in-process callers (``decide`` from any number of
 threads, batched by group commit) and the daemon's worker, which admits
 hand-overs with ``admit_many`` and keeps a pass on the device while it forms
-the next (``launch``, then ``wait`` and ``finish``: server/worker_loop.py).
+the next (``launch``, then ``wait`` and ``finish``: worker/loop.py).
 The stages are rooms of their own: admission.py, layouts.py and
 prefix_reuse.py, passes.py, shaping.py; each is handed the parts it uses.
 """
@@ -17,7 +17,7 @@ from jevany_client.errors import JevanyError
 
 from jevany_daemon.config import EngineConfig, default_padding_waste
 from jevany_daemon.model.decision_model import DecisionModel
-from jevany_daemon.model.devices import devices_report
+from jevany_daemon.model.device_reports import devices_report
 from jevany_daemon.model.kernels import opaque_linear_attention
 
 from .admission import LATEST_ALIAS, MAX_MEDIA_QUESTIONS, Admission, Admitted
@@ -28,7 +28,7 @@ from .faults import DeviceLost
 from .layouts import PACKED_PROVEN, SHARED_PROVEN, PackedLayout, RowsLayout, Shape, SharedLayout
 from .native_blend import both_passes, native_blend
 from .passes import Launched, Passes
-from .policy import BatchPolicy
+from .batch_policy import BatchPolicy
 from .prefix_cache import PrefixCache
 from .prefix_reuse import SHARE_TOKENS, PackedReuse, RowReuse
 from .prompts import Limits, make_encoder
@@ -93,7 +93,7 @@ class Engine:
         self.batch_limits = BatchLimits(config.max_batch_size, config.max_packed_tokens, waste)
         self.alone_limits = replace(self.batch_limits, max_size=1)
         self.stats = BatchStats()
-        # On an accelerator a lone pass costs nearly a full one: no pass is split to time one (policy.py).
+        # On an accelerator a lone pass costs nearly a full one: no pass is split to time one (batch_policy.py).
         self.policy = BatchPolicy(adaptive=config.batch_policy == "adaptive",
                                   explore_alone=not self.stream.asynchronous)
         self.pad_id = _pad_id(model.tokenizer)
@@ -309,7 +309,7 @@ class Engine:
         return 0 if self.prefix_cache is None else self.prefix_cache.clear()
 
     def device_info(self) -> dict:
-        """The model's devices: name, memory in use and in total (model/devices.py)."""
+        """The model's devices: name, memory in use and in total (model/device_reports.py)."""
         return devices_report(self.model.devices)
 
     def statistics(self) -> dict:

@@ -26,7 +26,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from jevany_client.errors import InvalidRequestError, JevanyError
 
 from jevany_daemon import __version__
-from jevany_daemon.server.validation import cors_origins
+from jevany_daemon.http_options import cors_origins
 
 from . import assets
 from .bulk import DEFAULT_IN_FLIGHT, MAX_IN_FLIGHT, MEDIA_TYPE, BulkStream

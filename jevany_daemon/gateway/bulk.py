@@ -42,7 +42,7 @@ from pydantic import ValidationError
 from jevany_client.errors import InvalidRequestError, JevanyError
 from jevany_client.streaming import as_they_finish
 
-from jevany_daemon.server.logs import event
+from jevany_daemon.logs import event
 
 from .dialects import answer_body, error_status
 from .guard import count_problem

@@ -61,7 +61,7 @@ import time
 import httptools
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
-from jevany_daemon.server.logs import RateLimited
+from jevany_daemon.logs import RateLimited
 
 from .paths import BULK_PATH
 

@@ -34,8 +34,9 @@ from typing import Any
 from jevany_client.answers import jevany_answers
 from jevany_client.render import render
 
+from jevany_daemon.http_options import DIALECTS
 
-DIALECTS = ("jevany", "typesafe")
+
 OPENAI = "openai"       # not a dialect to choose: the error bodies of /v1/decisions, OpenAI's API
 JEVANY_BODY = ("model", "answers", "usage", "latency_ms")
 

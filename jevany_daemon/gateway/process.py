@@ -22,9 +22,9 @@ from pathlib import Path
 
 import uvicorn
 
-from jevany_daemon.server.handoff import read_settings
-from jevany_daemon.server.logs import FloodFilter, configure_logging, event
-from jevany_daemon.server.tenants import http_tenant
+from jevany_daemon.inherited_settings import read_settings
+from jevany_daemon.logs import FloodFilter, configure_logging, event
+from jevany_daemon.tenants import http_tenant
 
 from .app import Gateway, create_app
 from .connections import BUFFER_BUDGET_MESSAGES, Buffers, GuardedHttp

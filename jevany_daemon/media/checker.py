@@ -21,7 +21,7 @@ import zmq
 
 from jevany_client.errors import InvalidRequestError
 
-from jevany_daemon.server.handoff import read_settings
+from jevany_daemon.inherited_settings import read_settings
 
 from .policy import MediaPolicy
 

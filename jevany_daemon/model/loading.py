@@ -27,7 +27,7 @@ from jevany_daemon.model.placement import Placement, plan as plan_placement
 from jevany_daemon.model.pointer_head import PointerHead
 from jevany_daemon.model.quiet import no_progress_bars
 from jevany_daemon.model.sources import is_hub_id, split_revision
-from jevany_daemon.server.logs import event
+from jevany_daemon.logs import event
 
 __all__ = ["ModelLoadError", "default_model_id", "load_model", "parse_device", "parse_dtype"]
 
@@ -154,7 +154,7 @@ def load_model(
         kernels.no_cudnn_attention(d)
         if model.dtype == torch.float32:
             kernels.strict_fp32(d)
-    # The daemon's log is one key=value record per line (server/logs.py), so this line is one too.
+    # The daemon's log is one key=value record per line (logs.py), so this line is one too.
     event(log, "model_loaded", source=source, kind=kind, readout=model.readout,
           devices=",".join(map(str, model.devices)), dtype=DTYPE_LABELS.get(model.dtype, model.dtype),
           seconds=round(time.monotonic() - started, 2))

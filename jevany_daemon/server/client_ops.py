@@ -23,10 +23,10 @@ from jevany_client.schema import Media, parse_decision, parse_media
 
 from jevany_daemon import __version__
 
-from . import channel
-from .admission import Entry
+from jevany_daemon import channel
+from .request_queue import Entry
 from .peers import may_control
-from .workers import STOPPING
+from .worker_handle import STOPPING
 
 # A message up to this size is decoded and checked whole in the loop: about
 # 5 ms at most on a 2-core host, whatever its shape (4 KiB of empty maps, the

@@ -14,7 +14,7 @@ import zmq
 from zmq.auth import load_certificate
 from zmq.utils import z85
 
-from .logs import RateLimited, event
+from jevany_daemon.logs import RateLimited, event
 
 log = logging.getLogger("jevany.curve")
 

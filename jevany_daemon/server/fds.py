@@ -39,7 +39,7 @@ import logging
 import os
 import resource
 
-from .logs import RateLimited
+from jevany_daemon.logs import RateLimited
 
 log = logging.getLogger("jevany.supervisor")
 

@@ -42,7 +42,7 @@ import statistics
 from collections import deque
 from dataclasses import dataclass, field
 
-from .channel import PassRecord
+from jevany_daemon.channel import PassRecord
 
 MAX_WAIT_S = 0.025      # the longest a free worker waits for answered clients to come back
 FIXED_SHARE = 1.0       # of a pass's fixed cost, what one wait may spend to save it

@@ -20,9 +20,9 @@ import zmq
 
 from jevany_client.calls import has_message
 
-from . import tenants
+from jevany_daemon import tenants
 from .outbox import Envelope
-from .peers import UNWATCHED, Peer
+from .peers import UNWATCHED, Peer, identify
 
 RECEIVE_BUDGET_S = 0.02
 MAX_ENVELOPE_FRAMES = 16
@@ -56,7 +56,7 @@ class Inbox:
 
     def _peer(self, sock, frames: list, envelope: list) -> Peer:
         if sock in self.watched:
-            return self.peers.came_from(frames[-1], tenants.identify)
+            return self.peers.came_from(frames[-1], identify)
         if sock is self.gateway_sock:
             return Peer(None, None, tenant=tenants.from_gateway(envelope))
         return UNWATCHED

@@ -21,16 +21,16 @@ import zmq
 from jevany_daemon import __version__
 
 from . import curve, fds
-from .gateway import GatewayProcess
+from .gateway_handle import GatewayProcess
 from .inbox import Inbox
-from .logs import event
+from jevany_daemon.logs import event
 from .media_checks import MediaChecks
 from .outbox import Outbox
 from .peers import Peers
 from .pool import WorkerPool
 from .signals import SignalFlags
 from .sockets import StartupError, bind_router
-from .workers import tunes_malloc
+from .worker_handle import tunes_malloc
 
 log = logging.getLogger("jevany.supervisor")
 

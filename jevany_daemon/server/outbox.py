@@ -32,7 +32,7 @@ from collections import deque
 
 import zmq
 
-from .logs import RateLimited
+from jevany_daemon.logs import RateLimited
 from .peers import UNWATCHED, Peer
 
 log = logging.getLogger("jevany.supervisor")

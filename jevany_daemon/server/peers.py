@@ -43,6 +43,8 @@ from zmq.utils.monitor import parse_monitor_message
 
 from jevany_client.calls import has_message
 
+from jevany_daemon.tenants import salt
+
 _EVENTS = zmq.EVENT_ACCEPTED | zmq.EVENT_DISCONNECTED
 
 
@@ -255,6 +257,17 @@ def curve_key(frame) -> str | None:
         return frame.get("User-Id") or None
     except zmq.ZMQError:
         return None
+
+
+def identify(frame) -> tuple[int | None, str | None]:
+    """(uid, tenant) of the connection a message came on; computed once per connection (tenants.py)."""
+    key = curve_key(frame)
+    uid = ipc_uid(frame)
+    if key is not None:
+        return uid, salt("curve", key)
+    if uid is not None:
+        return uid, salt("uid", str(uid))
+    return None, None
 
 
 def may_control(envelope) -> bool:

@@ -10,10 +10,10 @@ from itertools import count
 
 import zmq
 
-from . import channel
+from jevany_daemon import channel
 from .settings import ServeSettings
 from .status import add_stats
-from .workers import IDLE, STARTING, STOPPING, WorkerHandle, spawn
+from .worker_handle import IDLE, STARTING, STOPPING, WorkerHandle, spawn
 
 STOP_WITHIN_S = 10.0     # a stopped worker that is still running after this is killed
 

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from jevany_client.errors import InternalError, JevanyError, ShuttingDownError
 from jevany_client.protocol import error_reply, ok_reply
 
-from .logs import event
+from jevany_daemon.logs import event
 from .run_state import READY
 from .settings import ServeSettings, SettingsError
 from .status import describe_model

@@ -10,8 +10,8 @@ import logging
 from jevany_client.errors import JevanyError
 from jevany_client.protocol import error_reply, ok_reply, pack
 
-from .admission import Entry
-from .logs import event
+from .request_queue import Entry
+from jevany_daemon.logs import event
 
 log = logging.getLogger("jevany.supervisor")
 

@@ -8,7 +8,7 @@ import logging
 import os
 import socket
 
-from .logs import event
+from jevany_daemon.logs import event
 
 log = logging.getLogger("jevany.systemd")
 

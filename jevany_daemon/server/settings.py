@@ -18,9 +18,9 @@ from jevany_client.endpoints import default_control_endpoint, default_endpoint
 from jevany_daemon.config import DEVICE_MAPS, EngineConfig, LoadOptions
 from jevany_daemon.declaration import (GROUPS, Rule, declared, integer, number, one_of, read_environment,
                                        reloadable, setting)
-from jevany_daemon.gateway.dialects import DIALECTS
+from jevany_daemon.http_options import DIALECTS
 
-from . import devices as device_names
+from . import device_names
 from . import jevany_options
 from .validation import DTYPES, READOUTS, SettingsError, validate
 

@@ -20,10 +20,10 @@ from typing import TYPE_CHECKING, Callable
 from jevany_daemon.media.policy import MediaPolicy
 
 if TYPE_CHECKING:      # pool.py imports this module (add_stats); these are only annotations
-    from .admission import RequestQueue
+    from .request_queue import RequestQueue
     from .curve import ZapHandler
     from .fds import FdGuard
-    from .gateway import GatewayProcess
+    from .gateway_handle import GatewayProcess
     from .gather import Gather
     from .inbox import Inbox
     from .media_checks import MediaChecks

@@ -35,12 +35,14 @@ from jevany_client.errors import DeadlineExceededError, ShuttingDownError
 
 from jevany_daemon import __version__
 
-from . import channel, lifecycle
-from .admission import RequestQueue
+from jevany_daemon import channel
+
+from . import lifecycle
+from .request_queue import RequestQueue
 from .cache_clears import CacheClears
 from .client_ops import ClientOps
 from .gather import Gather
-from .logs import RateLimited, event
+from jevany_daemon.logs import RateLimited, event
 from .metrics import Metrics
 from .reload import Reloads
 from .replies import Replies

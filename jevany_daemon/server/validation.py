@@ -15,9 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from jevany_daemon.declaration import check
+from jevany_daemon.http_options import cors_origins
 from jevany_daemon.model.sources import local_problem
 
-from . import devices as device_names
+from . import device_names
 from . import jevany_options
 
 if TYPE_CHECKING:
@@ -167,18 +168,6 @@ def http_address(value: str) -> tuple[str, int]:
     if match is None or not 0 <= int(match.group(2)) <= 65535:
         raise ValueError(f"http must be HOST:PORT such as 127.0.0.1:8008, got {value!r}")
     return match.group(1).strip("[]"), int(match.group(2))
-
-
-_ORIGIN = re.compile(r"https?://(\[[0-9a-fA-F:.]+\]|[A-Za-z0-9.-]+)(:\d{1,5})?")
-
-
-def cors_origins(value: str) -> list[str]:
-    """http_cors_origins as the origins a browser page may call from: ["*"] (any, JevAny's), a list, or []."""
-    origins = [o.strip() for o in value.split(",") if o.strip()] if isinstance(value, str) else None
-    if origins is None or (origins != ["*"] and not all(_ORIGIN.fullmatch(o) for o in origins)):
-        raise ValueError(f"http_cors_origins must be *, empty (none), or origins such as "
-                         f"https://app.example:8443 separated by commas, got {value!r}")
-    return origins
 
 
 def _validate_http(s: ServeSettings) -> None:

@@ -11,11 +11,11 @@ import logging
 
 from jevany_client.errors import InternalError, WorkerLostError, error_from_wire
 
-from . import channel
-from .logs import event
+from jevany_daemon import channel
+from jevany_daemon.logs import event
 from .run_state import STARTING
 from .status import describe_model
-from .workers import BUSY, IDLE, STOPPING, WorkerHandle
+from .worker_handle import BUSY, IDLE, STOPPING, WorkerHandle
 
 log = logging.getLogger("jevany.supervisor")
 

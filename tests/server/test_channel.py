@@ -1,5 +1,5 @@
 """The records inside supervisor-worker messages: written by one end, read by the other under one name."""
-from jevany_daemon.server import channel
+from jevany_daemon import channel
 
 
 def test_a_hand_over_reads_back_field_by_field_and_a_shorter_one_reads_none_for_what_it_left_off():

@@ -4,7 +4,7 @@ import pytest
 
 from types import SimpleNamespace
 
-from jevany_daemon.server.admission import Entry
+from jevany_daemon.server.request_queue import Entry
 from jevany_daemon.server.gather import (FIXED_SHARE, MAX_WAIT_S, RETURN_SAMPLES, SMOOTHING, Gather, PassCost,
                                          size_class)
 from jevany_daemon.server.worker_events import WorkerEvents

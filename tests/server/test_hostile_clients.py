@@ -22,7 +22,7 @@ import zmq
 
 from jevany_client import JevClient
 from jevany_client.protocol import MAX_CONTAINERS
-from jevany_daemon.server.workers import malloc_settings
+from jevany_daemon.server.worker_handle import malloc_settings
 
 from .daemons import rss_kb, wait_for
 from .http_proc import free_port
@@ -328,7 +328,7 @@ def test_the_redirect_names_no_host_docs_are_off_and_the_command_line_names_no_s
     for pid in (status["http"]["pid"], status["media"]["checker_pid"], *workers):
         cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
         assert str(daemon.token_file).encode() not in cmdline and b"media_root" not in cmdline
-    # (and what workers.py puts in a worker's environment is really there: glibc reads it as it starts;
+    # (and what worker_handle.py puts in a worker's environment is really there: glibc reads it as it starts;
     # where this run's own environment tunes malloc, that is what the worker must have instead)
     environ = set(Path(f"/proc/{workers[0]}/environ").read_bytes().split(b"\0"))
     expected = malloc_settings(os.environ) or {k: v for k, v in os.environ.items() if k.startswith("MALLOC_")}

@@ -15,7 +15,7 @@ import sys
 import pytest
 
 from jevany_daemon import workloads
-from jevany_daemon.server.logs import event
+from jevany_daemon.logs import event
 
 from .shared_daemons import Raw, frozen, serving_worker
 
@@ -100,7 +100,7 @@ def test_a_client_chosen_value_never_reaches_the_log_raw(caplog, value):
                                           ("ERROR", ["error"])])
 def test_configure_logging_writes_records_at_the_level_jevany_log_level_names(level, shown):
     script = ("import logging\n"
-              "from jevany_daemon.server.logs import configure_logging, event\n"
+              "from jevany_daemon.logs import configure_logging, event\n"
               "configure_logging()\n"
               "log = logging.getLogger('jevany.test')\n"
               "event(log, 'debug', level=logging.DEBUG, what='not at these levels')\n"

@@ -11,12 +11,12 @@ import msgpack
 import pytest
 import zmq
 
-from jevany_daemon.server import channel, tenants
+from jevany_daemon import channel, tenants
 from jevany_daemon.server import outbox as outbox_module
-from jevany_daemon.server.admission import Entry
+from jevany_daemon.server.request_queue import Entry
 from jevany_daemon.server.outbox import GRACE_S, HARD_BYTES, SOFT_BYTES, Envelope, Outbox
-from jevany_daemon.server.peers import Peer, Peers, ipc_uid, may_control
-from jevany_daemon.server.workers import WorkerHandle
+from jevany_daemon.server.peers import Peer, Peers, identify, ipc_uid, may_control
+from jevany_daemon.server.worker_handle import WorkerHandle
 
 NOBODY = 65534
 
@@ -76,7 +76,7 @@ def test_an_ipc_peers_uid_and_tenant_come_from_its_credentials(router):
     _, sock, endpoint = router
     frames = _frame_from(os.getuid(), sock, endpoint)
     assert ipc_uid(frames[-1]) == os.getuid()
-    uid, tenant = tenants.identify(frames[-1])
+    uid, tenant = identify(frames[-1])
     assert (uid, tenant) == (os.getuid(), tenants.salt("uid", str(os.getuid())))
     assert len(tenant) == 32 and tenant != tenants.salt("uid", str(os.getuid() + 1))   # a digest per user
     assert may_control(Envelope.of([frames[0].bytes], Peer(3, 1, uid=uid)))
@@ -88,7 +88,7 @@ def test_a_control_op_from_another_user_is_not_ours_to_take(router):
     # guard (and an abstract socket is refused at start); the peer's own credentials are the last.
     _, sock, endpoint = router
     frames = _frame_from(NOBODY, sock, endpoint)
-    uid, tenant = tenants.identify(frames[-1])
+    uid, tenant = identify(frames[-1])
     assert uid == NOBODY and tenant == tenants.salt("uid", str(NOBODY))
     assert not may_control(Envelope.of([frames[0].bytes], Peer(3, 1, uid=uid)))
     assert may_control(Envelope.of([frames[0].bytes], Peer(3, 1, uid=None)))     # TCP: no credentials to judge

@@ -189,7 +189,7 @@ def test_device_auto_is_the_default_and_picks_the_first_gpu_where_one_is_visible
 
 
 def test_settings_built_directly_pick_the_auto_device_too(monkeypatch):
-    from jevany_daemon.server import devices
+    from jevany_daemon.server import device_names as devices
     from jevany_daemon.server.settings import ServeSettings
 
     monkeypatch.setattr(devices, "visible_cuda_count", gpus(1))

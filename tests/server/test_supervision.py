@@ -98,7 +98,7 @@ def test_kill_9_while_clients_wait_every_request_answered_and_the_worker_returns
 
 
 def test_a_frozen_worker_is_killed_its_request_answered_and_it_is_replaced(start_daemon):
-    # The batch deadline is the same kill for a worker whose heartbeats go on (test_workers.py).
+    # The batch deadline is the same kill for a worker whose heartbeats go on (test_worker_handle.py).
     daemon = start_daemon("--heartbeat-timeout", "1")
     [worker] = serving(daemon)
     os.kill(worker["pid"], signal.SIGSTOP)     # alive to the kernel, silent and stuck to us

@@ -18,7 +18,7 @@ import sys
 
 _DIR = os.environ.get("JEVANY_TEST_FAULT_DIR")
 
-if _DIR and sys.orig_argv[1:3] == ["-m", "jevany_daemon.server.worker"]:
+if _DIR and sys.orig_argv[1:3] == ["-m", "jevany_daemon.worker"]:
     import time
 
     if os.path.exists(os.path.join(_DIR, "exit_before_load")):

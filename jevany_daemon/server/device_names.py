@@ -53,7 +53,7 @@ def driver_device_count(library: str = CUDA_DRIVER) -> int:
     return count.value
 
 
-_PROBE = "from jevany_daemon.server.devices import driver_device_count as f; print(f())"
+_PROBE = "from jevany_daemon.server.device_names import driver_device_count as f; print(f())"
 
 
 @functools.cache

@@ -4,7 +4,7 @@ import stat
 
 import pytest
 
-from jevany_daemon.server.worker import UnsafeDirectory, configure_compile_cache
+from jevany_daemon.worker.process import UnsafeDirectory, configure_compile_cache
 
 
 def test_kept_under_the_cache_dir_made_private(tmp_path, monkeypatch):

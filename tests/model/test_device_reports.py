@@ -5,8 +5,8 @@ import platform
 import pytest
 import torch
 
-from jevany_daemon.model import devices
-from jevany_daemon.model.devices import cpu_name, device_report, devices_report
+from jevany_daemon.model import device_reports
+from jevany_daemon.model.device_reports import cpu_name, device_report, devices_report
 
 GIB = 1 << 30
 
@@ -62,7 +62,7 @@ def test_a_spread_model_reports_its_devices_summed_and_each(fake_gpus):
 
 
 def test_unknown_figures_stay_unknown_in_a_sum(monkeypatch):
-    monkeypatch.setattr(devices, "_resident_bytes", lambda: None)
+    monkeypatch.setattr(device_reports, "_resident_bytes", lambda: None)
     # Any device but CUDA is reported as the host, so cpu and meta make two reports with an unknown figure.
     report = devices_report([torch.device("cpu"), torch.device("meta")])
     assert report["memory_used_bytes"] is None and report["memory_total_bytes"] > 0

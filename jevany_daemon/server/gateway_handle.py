@@ -17,8 +17,8 @@ import zmq
 
 from jevany_daemon.media.policy import uploads_dir
 
-from .handoff import settings_fd
-from .logs import event
+from jevany_daemon.inherited_settings import settings_fd
+from jevany_daemon.logs import event
 from .validation import http_address
 from .sockets import StartupError
 from .sdnotify import worker_environment

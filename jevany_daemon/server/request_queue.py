@@ -16,7 +16,7 @@ class Entry:
     deadline: float | None     # monotonic seconds after which it must not be scored
     transport: str = "zmq"     # zmq, or http through the gateway: counted apart
     media: list | None = None  # its media files as the checker resolved them: [[type, path, stamp]...]
-    handover: int = 0          # the hand-over to its worker that carried it (workers.py)
+    handover: int = 0          # the hand-over to its worker that carried it (worker_handle.py)
 
     @property
     def client(self) -> tuple | None:

@@ -4,8 +4,8 @@ import subprocess
 
 import pytest
 
-from jevany_daemon.server import devices
-from jevany_daemon.server.devices import WorkerView, cuda_index, missing, normalise, worker_view
+from jevany_daemon.server import device_names
+from jevany_daemon.server.device_names import WorkerView, cuda_index, missing, normalise, worker_view
 
 
 def test_names():
@@ -41,14 +41,14 @@ def fake_driver(tmp_path):
 
 
 def test_the_driver_is_asked_through_cuinit_and_cudevicegetcount(fake_driver):
-    assert devices.driver_device_count(fake_driver(count=2)) == 2
-    assert devices.driver_device_count(fake_driver(count=8)) == 8
-    assert devices.driver_device_count(fake_driver(init=100)) == 0           # CUDA_ERROR_NO_DEVICE
-    assert devices.driver_device_count(fake_driver(count=3, count_result=999)) == 0
+    assert device_names.driver_device_count(fake_driver(count=2)) == 2
+    assert device_names.driver_device_count(fake_driver(count=8)) == 8
+    assert device_names.driver_device_count(fake_driver(init=100)) == 0           # CUDA_ERROR_NO_DEVICE
+    assert device_names.driver_device_count(fake_driver(count=3, count_result=999)) == 0
 
 
 def test_no_driver_library_is_no_gpu(tmp_path):
-    assert devices.driver_device_count(str(tmp_path / "libcuda.so.1")) == 0
+    assert device_names.driver_device_count(str(tmp_path / "libcuda.so.1")) == 0
 
 
 @pytest.mark.parametrize("probe,count", [
@@ -57,21 +57,21 @@ def test_no_driver_library_is_no_gpu(tmp_path):
     ("print('no idea')", 0),
 ])
 def test_the_count_comes_from_a_child_process(monkeypatch, probe, count):
-    monkeypatch.setattr(devices, "_PROBE", probe)
-    assert devices.cuda_device_count.__wrapped__() == count
+    monkeypatch.setattr(device_names, "_PROBE", probe)
+    assert device_names.cuda_device_count.__wrapped__() == count
 
 
 def test_a_hung_driver_is_no_answer_rather_than_no_gpu(monkeypatch):
-    monkeypatch.setattr(devices, "_PROBE", "import threading; threading.Event().wait()")
-    monkeypatch.setattr(devices, "PROBE_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(device_names, "_PROBE", "import threading; threading.Event().wait()")
+    monkeypatch.setattr(device_names, "PROBE_TIMEOUT_S", 1.0)
     with pytest.raises(TimeoutError, match="did not say how many GPUs there are within 1s"):
-        devices.cuda_device_count.__wrapped__()
+        device_names.cuda_device_count.__wrapped__()
 
 
 def test_the_real_probe_respects_cuda_visible_devices():
-    code = "from jevany_daemon.server.devices import cuda_device_count as f; print(f())"
+    code = "from jevany_daemon.server.device_names import cuda_device_count as f; print(f())"
     env = {"CUDA_VISIBLE_DEVICES": "", "PATH": "/usr/bin:/bin"}
-    proc = subprocess.run([devices.sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+    proc = subprocess.run([device_names.sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
                           env=env)
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == "0"

@@ -1,5 +1,5 @@
 """The adaptive batch policy, on made-up pass timings."""
-from jevany_daemon.engine.policy import EXPLORE_EVERY, BatchPolicy, width_class
+from jevany_daemon.engine.batch_policy import EXPLORE_EVERY, BatchPolicy, width_class
 
 
 def decisions(policy, width, n):

@@ -1,9 +1,9 @@
 """The worker process: load the model once, then score whatever the supervisor hands over.
 
-Run by the supervisor as ``python -m jevany_daemon.server.worker``. It is the
+Run by the supervisor as ``python -m jevany_daemon.worker``. It is the
 only process that imports torch. It asks for nothing: the supervisor sends it
 what is waiting (group commit across the process boundary) when it is free,
-or, while a pass runs, a full pass's worth; its loop (worker_loop.py) keeps
+or, while a pass runs, a full pass's worth; its loop (loop.py) keeps
 a pass on the device while the host admits, forms and answers around it.
 """
 import argparse
@@ -24,10 +24,10 @@ from jevany_client.ipc_trust import ipc_problem
 from jevany_daemon.config import EngineConfig, LoadOptions
 from jevany_daemon.engine.shape_plan import PlanTooLarge
 
-from . import channel
-from .handoff import read_settings
-from .logs import configure_logging, event
-from .worker_loop import WorkerLoop
+from jevany_daemon import channel
+from jevany_daemon.inherited_settings import read_settings
+from jevany_daemon.logs import configure_logging, event
+from .loop import WorkerLoop
 
 log = logging.getLogger("jevany.worker")
 
@@ -182,7 +182,7 @@ def main(argv=None) -> int:
     parser.add_argument("--identity", required=True)
     parser.add_argument("--settings", default=None, help="ServeSettings as JSON")
     parser.add_argument("--settings-fd", type=int, default=None,
-                        help="a descriptor to read them from instead (the supervisor's way: handoff.py)")
+                        help="a descriptor to read them from instead (the supervisor's way: inherited_settings.py)")
     parser.add_argument("--parent", type=int, default=None,
                         help="the supervisor's pid: given, since it may die while this process loads the model")
     args = parser.parse_args(argv)
@@ -242,7 +242,3 @@ def exit_now(code: int) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-if __name__ == "__main__":
-    exit_now(main())

@@ -16,8 +16,8 @@ from jevany_daemon import workloads
 from jevany_daemon.config import EngineConfig
 from jevany_daemon.engine.engine import Engine
 from jevany_daemon.engine.stream import make_stream
-from jevany_daemon.server import channel
-from jevany_daemon.server.worker_loop import WorkerLoop
+from jevany_daemon import channel
+from jevany_daemon.worker.loop import WorkerLoop
 
 
 class FakeSupervisor:

@@ -37,8 +37,8 @@ from jevany_client.protocol import decode_request
 from jevany_daemon.engine.faults import DeviceLost
 from jevany_daemon.media.files import PrivateCopies, read_verified
 
-from . import channel
-from .logs import event
+from jevany_daemon import channel
+from jevany_daemon.logs import event
 
 log = logging.getLogger("jevany.worker")
 

@@ -6,10 +6,10 @@ import sys
 import time
 from dataclasses import dataclass, field
 
-from . import channel
-from .admission import Entry
-from .devices import worker_view
-from .handoff import settings_fd
+from jevany_daemon import channel
+from .request_queue import Entry
+from .device_names import worker_view
+from jevany_daemon.inherited_settings import settings_fd
 from .sdnotify import worker_environment
 
 STARTING, IDLE, BUSY, STOPPING = "starting", "idle", "busy", "stopping"
@@ -144,7 +144,7 @@ def spawn(slot: int, serial: int, generation: int, backend: str, settings: dict,
     worker = WorkerHandle(slot, serial, generation, None, settings["device"], settings["heartbeat_timeout"],
                           settings["batch_timeout"], spawned_at=now, last_seen=now)
     argv, worker_env, handed = worker_launch(worker.identity.decode(), backend, settings)
-    fd = settings_fd(handed)      # not on its command line, which every local user can read (handoff.py)
+    fd = settings_fd(handed)      # not on its command line, which every local user can read (inherited_settings.py)
     try:
         worker.proc = subprocess.Popen([*argv, "--settings-fd", str(fd)], stdin=subprocess.DEVNULL, env=worker_env,
                                        pass_fds=(fd,))
@@ -163,7 +163,7 @@ def worker_launch(identity: str, backend: str, settings: dict, env=os.environ) -
     worker_env.update(malloc_settings(worker_env))
     if view.cuda_visible is not None:
         worker_env["CUDA_VISIBLE_DEVICES"] = view.cuda_visible
-    argv = [sys.executable, "-m", "jevany_daemon.server.worker", "--backend", backend, "--identity", identity,
+    argv = [sys.executable, "-m", "jevany_daemon.worker", "--backend", backend, "--identity", identity,
             "--parent", str(os.getpid())]
     return argv, worker_env, {**settings, "device": view.device}
 

@@ -8,8 +8,9 @@ from types import SimpleNamespace
 
 import pytest
 
-from jevany_daemon.server import channel, workers
-from jevany_daemon.server.workers import BUSY, IDLE, MALLOC_DEFAULTS, STARTING, STOPPING, WorkerHandle, worker_launch
+from jevany_daemon import channel
+from jevany_daemon.server import worker_handle
+from jevany_daemon.server.worker_handle import BUSY, IDLE, MALLOC_DEFAULTS, STARTING, STOPPING, WorkerHandle, worker_launch
 
 
 def handle(state=IDLE, ready=True, returncode=None, **kw) -> WorkerHandle:
@@ -65,7 +66,7 @@ def test_a_gpu_worker_is_shown_only_its_gpu_and_calls_it_cuda_0():
     settings = {"device": "cuda:1", "heartbeat_timeout": 10.0, "batch_timeout": 120.0, "model": "/m"}
     env = {"CUDA_VISIBLE_DEVICES": "2,3", "NOTIFY_SOCKET": "/run/systemd/notify", "HOME": "/home/j"}
     argv, worker_env, handed = worker_launch("w0.1", "ipc:///tmp/b", settings, env)
-    # systemd's variables stay ours; OpenMP waits passively (workers.py says why)
+    # systemd's variables stay ours; OpenMP waits passively (worker_handle.py says why)
     assert worker_env == {"CUDA_VISIBLE_DEVICES": "3", "HOME": "/home/j", "OMP_WAIT_POLICY": "PASSIVE",
                           **MALLOC_DEFAULTS}
     assert handed == {**settings, "device": "cuda:0"}
@@ -117,12 +118,12 @@ def test_spawn_keeps_the_operators_name_for_the_device(monkeypatch):
         started.append((argv, kwargs["env"], fd, handed))
         return SimpleNamespace(pid=4242, returncode=None, poll=lambda: None)
 
-    monkeypatch.setattr(workers.subprocess, "Popen", popen)
-    monkeypatch.setattr(workers, "_pidfd", lambda pid: None)
+    monkeypatch.setattr(worker_handle.subprocess, "Popen", popen)
+    monkeypatch.setattr(worker_handle, "_pidfd", lambda pid: None)
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "6,7")
     settings = {"device": "cuda:1", "heartbeat_timeout": 10.0, "batch_timeout": 120.0,
                 "http_token_file": "/etc/jevany/secret-path"}
-    worker = workers.spawn(0, 1, 0, "ipc:///tmp/b", settings, now=0.0)
+    worker = worker_handle.spawn(0, 1, 0, "ipc:///tmp/b", settings, now=0.0)
     [(argv, env, fd, handed)] = started
     assert env["CUDA_VISIBLE_DEVICES"] == "7" and handed == {**settings, "device": "cuda:0"}
     assert worker.device == "cuda:1" and worker.describe("serving")["device"] == "cuda:1"
@@ -153,7 +154,7 @@ def test_the_device_report_rides_with_hello_and_results():
 def worker_events(pool, **parts):
     """WorkerEvents built from the parts the supervisor hands it: real ones, but for the pool a test gives
     and whatever else it passes (parts a test never reaches are None)."""
-    from jevany_daemon.server.admission import RequestQueue
+    from jevany_daemon.server.request_queue import RequestQueue
     from jevany_daemon.server.cache_clears import CacheClears
     from jevany_daemon.server.gather import Gather
     from jevany_daemon.server.metrics import Metrics
@@ -223,7 +224,7 @@ class Backend:
 
 
 def entries(*tags):
-    from jevany_daemon.server.admission import Entry
+    from jevany_daemon.server.request_queue import Entry
 
     return [Entry(tag, None, [b"client"], f"r{tag}", b"", 0.0, None) for tag in tags]
 
@@ -278,7 +279,7 @@ from jevany_daemon.config import EngineConfig
 from jevany_daemon.engine.engine import Engine
 from jevany_daemon.engine.warmup import warm_up
 from jevany_daemon.model.loading import load_model
-from jevany_daemon.server.worker import settle_heap
+from jevany_daemon.worker.process import settle_heap
 
 engine = Engine(load_model(sys.argv[1], device="cpu", dtype="fp32"), EngineConfig(max_batch_size=8))
 warm_up(engine)

@@ -16,24 +16,12 @@ workers or their logs.
 import hashlib
 import re
 
-from .peers import curve_key, ipc_uid
 
 _GATEWAY_TENANT = re.compile(rb"[0-9a-f]{32}")
 
 
 def salt(kind: str, identity: str) -> str:
     return hashlib.sha256(f"jevany-tenant\0{kind}\0{identity}".encode()).hexdigest()[:32]
-
-
-def identify(frame) -> tuple[int | None, str | None]:
-    """(uid, tenant) of the connection a message came on; computed once per connection."""
-    key = curve_key(frame)
-    uid = ipc_uid(frame)
-    if key is not None:
-        return uid, salt("curve", key)
-    if uid is not None:
-        return uid, salt("uid", str(uid))
-    return None, None
 
 
 def from_gateway(envelope: list[bytes]) -> str | None:

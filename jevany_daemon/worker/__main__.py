@@ -1,0 +1,3 @@
+from .process import exit_now, main
+
+exit_now(main())
