@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 
 from jevany_daemon.declaration import check
 from jevany_daemon.http_options import cors_origins
-from jevany_daemon.model.sources import local_problem
+from jevany_daemon.model.sources import hub_problem, is_hub_id, local_problem
 
 from . import device_names
 from . import jevany_options
@@ -54,6 +54,8 @@ def _validate_model(s: ServeSettings) -> None:
         raise SettingsError("model must not be empty")
     if s.model is not None and (problem := local_problem(s.model)):
         raise SettingsError(problem)      # before a worker starts: a path that is not there is a setting
+    if s.model is not None and is_hub_id(s.model) and (problem := hub_problem(s.model)):
+        raise SettingsError(problem)
     jevany_options.check_readout_rules(s.model, s.readout, s.temperature)
     if s.load.base_load_path is not None and not Path(s.load.base_load_path).expanduser().is_dir():
         raise SettingsError(f"base_load_path {s.load.base_load_path} is not a directory (JevAny's "

@@ -140,8 +140,12 @@ def test_errors_name_the_flag_variable_or_file_the_value_came_from(tmp_path):
         resolve({}, config, env={})
 
 
-def test_a_model_path_that_is_not_there_is_a_settings_error(tmp_path):
+def test_a_model_path_that_is_not_there_is_a_settings_error(tmp_path, monkeypatch):
     """Found before any worker starts (exit 2, as every settings error), not as a worker's load failure."""
+    (tmp_path / "hub" / "models--Qwen--Qwen3.5-0.8B" / "snapshots" / "0123abc").mkdir(parents=True)
+    (tmp_path / "hub" / "models--Qwen--Qwen3.5-0.8B" / "refs").mkdir()
+    (tmp_path / "hub" / "models--Qwen--Qwen3.5-0.8B" / "refs" / "main").write_text("0123abc")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))      # a hub id is taken where it is cached
     with pytest.raises(SettingsError, match=rf"^--model: model does not exist: {tmp_path}/nope$"):
         resolve({"model": str(tmp_path / "nope")}, None, env={})
     (tmp_path / "file").write_text("")
