@@ -26,6 +26,7 @@ def format_status(s: dict) -> str:
         ("device", f"{_text(model.get('device'))}   dtype {_text(model.get('dtype'))}"),
         ("endpoints", ", ".join(map(str, s.get("endpoints") or [])) or "-"),
         ("queue", f"{_text(queue.get('depth'))} / {_text(queue.get('max_depth'))}"),
+        ("batching", _batching(batching.get("max_batch_size"))),
         ("batches", f"{_text(batching.get('batches'))} for {_text(batching.get('requests'))} "
                     f"requests, mean size {_number(batching.get('mean_batch_size'), '.2f')}"),
         ("latency", f"p50 {_number(latency.get('p50'), '.1f')} ms   "
@@ -38,6 +39,12 @@ def format_status(s: dict) -> str:
     ])
     blocks = [head, summary, _errors_block(requests), _workers_block(s), _histogram_block(batching)]
     return "\n\n".join(block for block in blocks if block)
+
+
+def _batching(max_batch_size) -> str:
+    if max_batch_size == 1:
+        return "OFF: each request runs alone (serve with --max-batch-size 32 to share passes)"
+    return f"up to {_text(max_batch_size)} requests a pass"
 
 
 def _transports(requests: dict) -> str:

@@ -34,6 +34,9 @@ from .worker_handle import tunes_malloc
 
 log = logging.getLogger("jevany.supervisor")
 
+BATCHING_OFF = ("each request runs in a pass of its own; --max-batch-size 32 (JEVANY_MAX_BATCH_SIZE) "
+                "lets concurrent requests share passes")
+
 
 # glibc raises its mmap threshold to the size of each mapped block it frees (up to 32 MiB), so after
 # the first big message the next ones come from the heap, which goes back to the OS only from its top:
@@ -100,6 +103,9 @@ def start(settings, clock, metrics, busy_fds) -> Wiring:
           max_batch_size=settings.engine.max_batch_size, max_queue=settings.max_queue,
           curve="on" if wiring.zap else "off", metrics=wiring.metrics_url or "off",
           http=f"http://{settings.http}" if wiring.gateway else "off")
+    if settings.engine.max_batch_size == 1:
+        # JevAny's default, kept; but concurrent clients then queue for passes of one, and nothing else says so.
+        event(log, "batching_off", note=BATCHING_OFF)
     return wiring
 
 

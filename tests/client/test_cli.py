@@ -248,3 +248,10 @@ def test_client_decide_routes_as_asked_and_refuses_an_unknown_routing(runner, da
     assert len(servers) == 1                        # one state, one daemon, call after call
     refused = runner.invoke(client_app, [*args, "fastest"])
     assert refused.exit_code == 2 and "routing must be one of" in refused.output
+
+
+def test_format_status_says_when_batching_is_off_and_the_flag_that_turns_it_on():
+    off = format_status({"state": "ready", "batching": {"max_batch_size": 1}})
+    assert "batching   OFF: each request runs alone (serve with --max-batch-size 32 to share passes)" in off
+    on = format_status({"state": "ready", "batching": {"max_batch_size": 32}})
+    assert "batching   up to 32 requests a pass" in on and "OFF" not in on

@@ -137,6 +137,8 @@ def test_a_real_daemons_log_is_one_parseable_record_per_line(start_daemon, tiny_
     assert all(r["outcome"] == "ok" and float(r["ms"]) >= 0 and r["level"] == "INFO" for r in requests)
     [start] = [r for r in records if r["event"] == "start"]
     assert start["model"] == str(odd / "tiny model")
+    [off] = [r for r in records if r["event"] == "batching_off"]     # JevAny's default, said with its flag
+    assert start["max_batch_size"] == "1" and "--max-batch-size 32" in off["note"]
     events = [r["event"] for r in records]
     assert {"start", "warm_up", "worker_ready", "ready", "drain", "stop"} <= set(events)
     assert events[-1] == "stop" and records[-1]["exit_code"] == "0"
