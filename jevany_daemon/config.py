@@ -170,7 +170,7 @@ class LoadOptions:
                     "sdpa attention alone; unset it or set sdpa"))
     base_load_path: str | None = reloadable(
         None, "A local copy of a checkpoint's base model, read in place of head.pt's base (JevAny's "
-        "JEVANY_BASE_LOAD_PATH).", group="load", shown_default="head.pt's base",
+        "JEVANY_BASE_LOAD_PATH); it must be a directory.", group="load", shown_default="head.pt's base",
         rule=Rule(lambda v: isinstance(v, str) and v != "", "must be a directory"))
 
     def __post_init__(self):

@@ -100,6 +100,11 @@ class Setting:
         return "--" + self.name.replace("_", "-")
 
     @property
+    def off_flag(self) -> str | None:
+        """A switch's other half, --no-NAME; None for a setting that takes a value."""
+        return "--no-" + self.cli_flag[2:] if self.kind is bool else None
+
+    @property
     def variable(self) -> str | None:
         return f"JEVANY_{self.name.upper()}" if self.env else None
 

@@ -38,7 +38,7 @@ def _annotation(s: Setting):
 
 
 def _option(s: Setting) -> inspect.Parameter:
-    names = [f"{s.cli_flag}/--no-{s.cli_flag[2:]}"] if s.kind is bool else [s.cli_flag, *s.jevany_flags]
+    names = [f"{s.cli_flag}/{s.off_flag}"] if s.off_flag else [s.cli_flag, *s.jevany_flags]
     option = typer.Option(None, *names, help=f"{s.help} [default: {s.default_text}]", show_default=False,
                           hidden=s.hidden, metavar=s.metavar)
     return _keyword(s.name, option, _annotation(s))

@@ -24,8 +24,10 @@ OTHER_VARIABLES = (
      "`event=... key=value` line each, on stderr"),
     ("JEVANY_CACHE_DIR", "`~/.cache/jevany`", "where the demo model is built, and compiled kernels kept "
      "(`inductor/`, with `--compile`; or `TORCHINDUCTOR_CACHE_DIR`), a directory no other user may write to"),
-    ("JEVANY_ENDPOINT", "ipc in runtime dir", "the public endpoint clients connect to"),
-    ("JEVANY_CONTROL_ENDPOINT", "ipc in runtime dir", "the control endpoint `jevany-ctl` connects to"),
+    ("JEVANY_ENDPOINT", "ipc in runtime dir", "the public endpoint clients connect to, and the daemon binds "
+     "without `--bind`"),
+    ("JEVANY_CONTROL_ENDPOINT", "ipc in runtime dir", "the control endpoint `jevany-ctl` connects to, and the "
+     "daemon binds without `--control`"),
 )
 
 
@@ -37,7 +39,7 @@ def _cell(text: str) -> str:
 def _flags(s: Setting) -> str:
     if not s.flag:
         return ""
-    main = f"`{s.cli_flag}`, `--no-{s.cli_flag[2:]}`" if s.kind is bool else f"`{s.cli_flag}`"
+    main = f"`{s.cli_flag}`, `{s.off_flag}`" if s.off_flag else f"`{s.cli_flag}`"
     if s.metavar:
         main = f"`{s.cli_flag} {s.metavar}`"
     notes = [f"JevAny's {', '.join(f'`{f}`' for f in s.jevany_flags)}"] if s.jevany_flags else []

@@ -1,7 +1,7 @@
 """One pass, in two halves: launch (lay out, upload, queue the forward) and collect (wait, check, shape).
 
 Between the two the device runs and the host is free: the worker admits
-what arrived and forms the next pass then (worker/process.py). A pass talks
+what arrived and forms the next pass then (worker/loop.py). A pass talks
 to the device three times: one upload of every input it needs, the kernels
 it queues, one download of every probability it produced (stream.py). A
 failure may show at either half (on CUDA an error surfaces when the host

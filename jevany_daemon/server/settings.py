@@ -139,8 +139,8 @@ class ServeSettings:
         None, "Server key file (keygen's PREFIX.key_secret); TCP endpoints then require CurveZMQ.",
         group="service", shown_default="none, plain TCP on loopback only")
     curve_allowed_clients: str | None = setting(
-        None, "Directory of client public key files (*.key); only those clients get replies. Re-read on "
-        "reload.", group="service", shown_default="none")
+        None, "Directory of client public key files (*.key); only those clients get replies. A reload reads "
+        "the directory again; another directory needs a restart.", group="service", shown_default="none")
     insecure: bool = setting(
         False, "Allow plain TCP on a non-loopback address (anyone who reaches it can use the model).",
         group="service")
@@ -163,7 +163,8 @@ class ServeSettings:
 
     # --- media policy (JevAny's variables and defaults); off unless media_root is set ---
     media_root: str | None = setting(
-        None, "Directory media URIs resolve in; media is off without it.", group="media", shown_default="off",
+        None, "Directory media URIs resolve in (it must exist); media is off without it.", group="media",
+        shown_default="off",
         more="Each request's files are checked by a media checker process before it is queued; see "
         "[Requests](REQUESTS.md).")
     media_max_bytes: int = setting(50 << 20, "Bytes per media file.", group="media", rule=integer(1))
@@ -310,9 +311,11 @@ def _merged(flags: dict, config_file: Path | None, env) -> tuple[dict, dict]:
     environment = read_environment(SETTINGS, env, SettingsError)
     given = {k: v for k, v in flags.items() if v is not None and v != ()}
     merged = {**toml, **environment, **given}
+    declared = {s.name: s for s in SETTINGS}
     origin = {**dict.fromkeys(toml, f"--config {config_file}"),
-              **{name: f"JEVANY_{name.upper()}" for name in environment},
-              **{name: "--" + name.replace("_", "-") for name in given}}
+              **{name: declared[name].variable for name in environment},
+              **{name: declared[name].cli_flag if name in declared else "--" + name.replace("_", "-")
+                 for name in given}}
     for s in SETTINGS:      # JevAny's spellings (compile's 1, readout's letter), whichever source won
         if s.normalise is not None and s.name in merged:
             merged[s.name] = s.normalise(merged[s.name])
