@@ -4,7 +4,8 @@
     POST /v1/decisions   OpenAI's Decisions API (a preview): the same questions, in its shapes (decisions.py)
     POST /v1/systemone/bulk  many requests as JSON lines; answers streamed back as they finish (bulk.py)
     GET  /v1/models      {"models": [entry]} (the models op's description as JevAny's, media policy in `limits`)
-    GET  /health         200 {"status": "ready"}; 503 "loading", "draining" or "unavailable"
+    GET  /health         200 {"status": "ready"}; 503 "loading" (also while every worker is being
+                         replaced), "draining" or "unavailable"
     GET  /metrics        the daemon's Prometheus metrics (when --metrics-port is set)
     GET  /openapi.json   the API, described (no /docs: its page loads scripts from a CDN)
 
@@ -228,10 +229,13 @@ def create_app(gateway: Gateway) -> FastAPI:
     async def health():
         """200 {"status": "ready"} when requests are served; 503 otherwise, with why."""
         try:
-            state = (await gateway.upstream.call("status", wait_s=STATUS_WAIT_S))["state"]
+            daemon = await gateway.upstream.call("status", wait_s=STATUS_WAIT_S)
+            state = daemon["state"]
             gateway.note_state(state)
         except JevanyError:
-            state = "unavailable"
+            state, daemon = "unavailable", {}
+        if state == "ready" and not _serving(daemon.get("workers")):
+            state = "starting"      # every serving worker died or hung: requests wait for a replacement
         status = {"ready": "ready", "starting": "loading"}.get(state, state)
         if status == "drained":
             status = "draining"
@@ -258,6 +262,12 @@ def _timeout_ms(raw: str | None) -> int | None:
     if not text.isdigit():
         raise ValueError(f"{TIMEOUT_HEADER} must be a whole number of milliseconds, got {raw!r}")
     return int(text)
+
+
+def _serving(workers: list | None) -> bool:
+    """Whether a worker of the serving generation is up to take requests now (no list: assume so)."""
+    return workers is None or any(w.get("role") == "serving" and w.get("state") in ("idle", "busy")
+                                  for w in workers)
 
 
 def _fetch(url: str) -> tuple[bytes, str]:

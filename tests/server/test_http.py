@@ -307,3 +307,27 @@ def _json(body) -> bytes:
     import json
 
     return json.dumps(body).encode()
+
+
+def test_health_is_503_while_the_only_worker_is_replaced(start_daemon):
+    """A load balancer must hear that nothing can serve: requests would wait for the replacement to load."""
+    daemon, port = http_daemon(start_daemon, readout="choice")
+    [first] = [w["pid"] for w in daemon.status()["workers"]]
+    os.kill(first, signal.SIGKILL)
+
+    def replacement():
+        pids = [w["pid"] for w in daemon.status()["workers"] if w["pid"] != first]
+        return pids[0] if pids else None
+
+    second = wait_for(replacement, 60, "a replacement worker started")
+    os.kill(second, signal.SIGSTOP)       # holds it loading, however fast the machine
+    try:
+        wait_for(lambda: _health(port) == 503, 30, "/health 503 while no worker can serve")
+        http = Http(port)
+        assert http.request("GET", "/health")[::2] == (503, {"status": "loading"})
+        assert daemon.status()["state"] == "ready"     # the daemon itself still takes and queues requests
+    finally:
+        os.kill(second, signal.SIGCONT)
+    wait_for(lambda: _health(port) == 200, 90, "/health ready once the replacement loaded")
+    http.close()
+    assert daemon.stop() == 0
