@@ -143,7 +143,15 @@ class RequestGuard:
                 # The route reads the JSON; the images ride along in the scope (assets.py).
                 scope = {**_as_json(scope, len(body)), assets.SCOPE_KEY: parts}
                 headers = dict(scope["headers"])
-            problem = count_problem(body) if _is_json(headers) else None
+            elif b"content-type" not in headers:
+                # Many callers (curl --data-binary, plain HTTP libraries) send JSON and name no type;
+                # every body route here takes JSON, so it is read as JSON instead of failing as a string.
+                scope = _as_json(scope, len(body))
+                headers = dict(scope["headers"])
+            elif not _is_json(headers):
+                return await _refuse(send, dialect, 422, "invalid_request", _NOT_JSON.format(
+                    headers[b"content-type"].decode("latin-1")))
+            problem = count_problem(body)
             if problem is not None:
                 return await _refuse(send, dialect, 422, "invalid_request", problem)
             return await self.app(scope, _replay(body, receive), _local_redirects(send))
@@ -265,12 +273,17 @@ def _has_body(scope, headers: dict, declared: int | None) -> bool:
     return scope["method"] in ("POST", "PUT", "PATCH") or b"transfer-encoding" in headers or bool(declared)
 
 
+_NOT_JSON = ("the body must be JSON, sent with 'Content-Type: application/json' (or multipart/form-data "
+             "with images), got Content-Type {!r}")
+
+
 def _is_multipart(headers: dict) -> bool:
     return headers.get(b"content-type", b"").split(b";")[0].strip().lower() == b"multipart/form-data"
 
 
 def _as_json(scope, size: int):
-    """The request as the routes see it once its JSON part is taken out of a multipart body."""
+    """The request as the routes see it with its body read as JSON: the JSON part taken out of a
+    multipart body, or a body sent with no type."""
     headers = [(k, v) for k, v in scope["headers"] if k.lower() not in (b"content-type", b"content-length")]
     return {**scope, "headers": [*headers, (b"content-type", b"application/json"),
                                  (b"content-length", str(size).encode())]}

@@ -1,4 +1,5 @@
 """JevAny's create_app(model=...) for JevModel: one model in this process, served to HTTP and Python callers at once."""
+import http.client
 import json
 from concurrent.futures import ThreadPoolExecutor
 
@@ -107,3 +108,29 @@ def test_an_embedded_app_checks_the_token_and_the_bodys_size_before_reading_it(l
                                         headers={"Authorization": "Bearer s3cret"})
         assert status == 413 and "1,000" in reply["detail"]          # its own limit, given to create_app
         http.close()
+
+
+def test_a_body_without_content_type_is_read_as_json_and_another_type_is_named_in_the_refusal(loaded_model):
+    model = JevModel(Engine(loaded_model()))
+    body = json.dumps(BODIES[0]).encode()
+    with serving(create_app(model=model)) as port:
+        untyped = raw_post(port, body, [])
+        assert untyped[0] == 200 and set(json.loads(untyped[1])["answers"]) == set(BODIES[0]["questions"])
+        status, reply = raw_post(port, body, [("Content-Type", "text/plain")])
+        assert status == 422 and json.loads(reply)["detail"] == (
+            "the body must be JSON, sent with 'Content-Type: application/json' (or multipart/form-data with "
+            "images), got Content-Type 'text/plain'")
+
+
+def raw_post(port: int, body: bytes, headers: list) -> tuple[int, bytes]:
+    """A POST as a bare HTTP library sends it: only the headers given, no Content-Type unless named."""
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+    try:
+        connection.putrequest("POST", "/v1/systemone")
+        for name, value in [("Content-Length", str(len(body))), *headers]:
+            connection.putheader(name, value)
+        connection.endheaders(body)
+        reply = connection.getresponse()
+        return reply.status, reply.read()
+    finally:
+        connection.close()
