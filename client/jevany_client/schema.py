@@ -134,11 +134,20 @@ def _question(qid: str, question: Any) -> Question:
     return Question(qid, qtype, question.get("instructions"), criteria)
 
 
+def choice_shape(criteria: Any) -> str:
+    """What a choice's criteria must be, shown with the options a list held (Python's Choice takes a list;
+    the wire keeps one shape, the map, so that an option's description has a place)."""
+    names = [c for c in criteria if isinstance(c, str)][:3] if isinstance(criteria, (list, tuple)) else []
+    example = ", ".join(f'"{n}": null' for n in names) if names else '"refund": null, "resend": "ship it again"'
+    return (f"must be a map of option name to description (null for none), e.g. {{{example}}}"
+            + ("; a list holds a score's levels" if isinstance(criteria, (list, tuple)) else ""))
+
+
 def _choice_criteria(criteria: Any, where: str) -> dict:
     if criteria is None:
         raise _bad(where, "is required for a choice question")
     if not isinstance(criteria, dict):
-        raise _bad(where, "must be a map of option name to description")
+        raise _bad(where, choice_shape(criteria))
     if not 1 <= len(criteria) <= MAX_CRITERIA:
         raise _bad(where, f"must hold 1 to {MAX_CRITERIA} options, got {len(criteria)}")
     return criteria

@@ -12,7 +12,9 @@ JevAny's ValueErrors.
 import math
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import AfterValidator, BaseModel, Field, model_validator
+from pydantic import AfterValidator, BaseModel, Field, field_validator, model_validator
+
+from jevany_client.schema import choice_shape
 
 MAX_OPTIONS = 4096
 MAX_QUESTIONS = 64
@@ -57,6 +59,13 @@ class Choice(BaseModel):
     type: Literal["choice"] = "choice"
     instructions: Content = None
     criteria: dict[str, Content]
+
+    @field_validator("criteria", mode="before")
+    @classmethod
+    def _a_map(cls, criteria):
+        if not isinstance(criteria, dict):      # pydantic would say only "Input should be a valid dictionary"
+            raise ValueError(f"a choice's criteria {choice_shape(criteria)}")
+        return criteria
 
     @model_validator(mode="after")
     def _option_count(self):

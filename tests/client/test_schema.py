@@ -1,7 +1,9 @@
 import copy
 import math
+import re
 
 import msgpack
+
 import pytest
 
 from jevany_client.errors import InvalidRequestError
@@ -174,7 +176,9 @@ def test_bin_where_a_string_belongs_is_invalid_request():
     ("criteria", "match"),
     [
         (None, "is required for a choice question"),
-        (["a", "b"], "must be a map of option name to description"),
+        (["a", "b"], re.escape('must be a map of option name to description (null for none), e.g. {"a": null, "b": '
+                               "null}; a list holds a score's levels")),
+        ("ab", re.escape('must be a map of option name to description (null for none), e.g. {"refund": null, ')),
         ({}, "must hold 1 to 4096 options, got 0"),
         (dict.fromkeys(map(str, range(MAX_CRITERIA + 1))), "must hold 1 to 4096 options, got 4097"),
     ],

@@ -134,3 +134,13 @@ def raw_post(port: int, body: bytes, headers: list) -> tuple[int, bytes]:
         return reply.status, reply.read()
     finally:
         connection.close()
+
+
+def test_choice_options_sent_as_a_list_get_the_shape_they_need_over_http(loaded_model):
+    model = JevModel(Engine(loaded_model()))
+    body = {"state": "parcel late", "questions": {"action": {"type": "choice", "criteria": ["refund", "resend"]}}}
+    with serving(create_app(model=model)) as port:
+        status, reply = raw_post(port, json.dumps(body).encode(), [("Content-Type", "application/json")])
+    [problem] = json.loads(reply)["detail"]
+    assert status == 422 and problem["loc"][-1] == "criteria"
+    assert '{"refund": null, "resend": null}' in problem["msg"] and "map of option name" in problem["msg"]
