@@ -14,7 +14,7 @@ from typing import Any
 
 import typer
 
-from .endpoints import default_control_endpoint, default_endpoint
+from .endpoints import PROBE_S, check_endpoint, default_control_endpoint, default_endpoint, tcp_problem
 from .errors import JevanyError, JevTimeoutError, JevUnreachableError
 from .questions import media_from_path
 from .status_page import format_models, format_status
@@ -51,6 +51,12 @@ def _ask(endpoints: list[str], timeout: float, action: Callable[[Any], Any], rou
 
     where = ", ".join(endpoints)
     try:
+        for endpoint in endpoints:
+            check_endpoint(endpoint)
+    except ValueError as err:
+        raise _fail(2, f"error: {err}") from None
+    _probe(endpoints, min(PROBE_S, timeout))
+    try:
         with JevClient(endpoints, timeout=timeout, routing=routing) as client:
             return action(client)
     except JevUnreachableError as err:
@@ -62,6 +68,16 @@ def _ask(endpoints: list[str], timeout: float, action: Callable[[Any], Any], rou
         raise _fail(1, f"error: {err.code}: {err.message}") from None
     except ValueError as err:  # an endpoint ZeroMQ cannot parse
         raise _fail(2, f"error: {err}") from None
+
+
+def _probe(endpoints: list[str], within: float) -> None:
+    """Fail in seconds where every endpoint is a tcp:// one at which no daemon can answer: the client's
+    socket would wait the whole --timeout for it in silence (it waits so for a daemon that is starting)."""
+    if not all(e.startswith("tcp://") for e in endpoints):
+        return
+    problems = [tcp_problem(e, within) for e in endpoints]
+    if all(problems):
+        raise _fail(2, "\n".join(f"error: {e}: {problem}" for e, problem in zip(endpoints, problems)))
 
 
 def _print_json(value: Any) -> None:

@@ -255,3 +255,62 @@ def test_format_status_says_when_batching_is_off_and_the_flag_that_turns_it_on()
     assert "batching   OFF: each request runs alone (serve with --max-batch-size 32 to share passes)" in off
     on = format_status({"state": "ready", "batching": {"max_batch_size": 32}})
     assert "batching   up to 32 requests a pass" in on and "OFF" not in on
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.parametrize("typed, advice", [
+    ("localhost:5555", "did you mean tcp://localhost:5555?"),
+    ("/run/x.sock", "did you mean ipc:///run/x.sock?"),
+    ("http://127.0.0.1:8008", "that is an HTTP URL: the daemon's HTTP gateway speaks HTTP (curl/POST "
+                              "/v1/systemone); ZeroMQ clients use tcp://HOST:PORT of --bind"),
+    ("tcp://localhost", "write tcp://HOST:PORT"),
+])
+def test_an_endpoint_no_client_can_use_is_refused_at_once_with_the_form_meant(runner, typed, advice):
+    started = time.monotonic()
+    for app, args in ((ctl_app, ["ping", "-e", typed]), (client_app, ["decide", "-", "-e", typed])):
+        result = runner.invoke(app, args, input=json.dumps(BODY))
+        assert result.exit_code == 2, result.output
+        assert result.stderr.startswith(f"error: cannot use the endpoint {typed!r}: endpoints are ipc://PATH or "
+                                        "tcp://HOST:PORT"), result.stderr
+        assert advice in result.stderr
+    assert time.monotonic() - started < 2
+
+
+def test_a_tcp_endpoint_nobody_listens_at_fails_in_seconds_not_the_timeout(runner):
+    port = _free_port()
+    started = time.monotonic()
+    result = runner.invoke(client_app, ["decide", "-", "-e", f"tcp://127.0.0.1:{port}"], input=json.dumps(BODY))
+    assert time.monotonic() - started < 5       # not the 30 s default timeout
+    assert result.exit_code == 2
+    assert result.stderr.strip() == (f"error: tcp://127.0.0.1:{port}: nothing listens at 127.0.0.1:{port}: "
+                                     f"is the daemon running, and is {port} its --bind?")
+
+
+def test_a_tcp_port_that_listens_without_speaking_zeromq_looks_like_http(runner):
+    import socket
+
+    with socket.socket() as quiet:      # accepts connections (the kernel's backlog) and says nothing, as HTTP does
+        quiet.bind(("127.0.0.1", 0))
+        quiet.listen(4)
+        port = quiet.getsockname()[1]
+        started = time.monotonic()
+        result = runner.invoke(ctl_app, ["status", "-e", f"tcp://127.0.0.1:{port}", "--timeout", "30"])
+        assert time.monotonic() - started < 6
+    assert result.exit_code == 2
+    assert f"something listens at 127.0.0.1:{port} but sent no ZeroMQ greeting" in result.stderr
+    assert "it looks like an HTTP port; the daemon's HTTP gateway speaks HTTP" in result.stderr
+
+
+def test_a_daemon_on_tcp_passes_the_probe(runner, socket_dir):
+    endpoint = f"tcp://127.0.0.1:{_free_port()}"
+    with fake_daemon(socket_dir, "tcp-one", endpoint=endpoint):
+        result = runner.invoke(ctl_app, ["ping", "-e", endpoint])
+    assert result.exit_code == 0, result.output
+    assert result.stdout.startswith(f"pong from {endpoint}")

@@ -61,3 +61,19 @@ def test_endpoints_module_stays_tiny():
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_a_client_refuses_an_endpoint_it_cannot_use_when_made_saying_the_form_meant():
+    import pytest
+
+    from jevany_client import JevClient
+
+    for typed, advice in (("localhost:5555", "did you mean tcp://localhost:5555?"),
+                          ("/run/x.sock", "did you mean ipc:///run/x.sock?"),
+                          ("https://h:8008/v1", "that is an HTTP URL")):
+        with pytest.raises(ValueError, match="endpoints are ipc://PATH or tcp://HOST:PORT") as caught:
+            JevClient(typed)
+        assert advice in str(caught.value)
+    for usable in ("ipc:///tmp/x.sock", "ipc://@abstract", "tcp://127.0.0.1:5555", "tcp://[::1]:5555",
+                   "dns+tcp://jevany:5555", "inproc://here"):
+        JevClient(usable).close()

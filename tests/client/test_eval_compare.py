@@ -103,7 +103,7 @@ def test_the_command_compares_finished_runs_without_a_daemon(tmp_path, runs):
     (["missing.jsonl"], r"error: cannot read the suite missing.jsonl: No such file"),
     (["bad.jsonl"], r"error: bad.jsonl:2 \(index 1\): labels.u: must be true or false"),
     (["suite.jsonl", "--endpoint", "ipc://{tmp}/nobody.sock"], r"error: no daemon at {tmp}/nobody.sock: no socket file there"),
-    (["suite.jsonl", "--endpoint", "nonsense"], r"error: --endpoint: cannot connect to 'nonsense'"),
+    (["suite.jsonl", "--endpoint", "nonsense"], r"error: --endpoint: cannot use the endpoint 'nonsense': endpoints are ipc://"),
     (["suite.jsonl", "--endpoint", "tcp://127.0.0.1:1", "--timeout", "0.5"],     # nobody listens on port 1
      r"error: daemon not reachable at tcp://127.0.0.1:1 within 0.5s"),
     (["suite.jsonl", "--compare", "absent.jsonl"], r"error: cannot read the results file absent.jsonl"),
