@@ -197,6 +197,11 @@ def eval_suite(
     question type and overall. Exit 0 when every item is done, 2 when nothing
     could run (bad suite or option, no daemon), 3 when items are left undone
     (run the same command again), 130 on Ctrl-C.
+
+    jevany-eval merge SUITE.jsonl RESULTS.jsonl... --out MERGED.jsonl joins the
+    results files of one suite (the shards of --shard) into one, each line
+    checked against the suite, and reports on them as one run: see `jevany-eval
+    merge --help`.
     """
     from .eval import EvalError, Options, evaluate
 

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from jevany_client.cli import merge_app
+from jevany_client.cli import eval_app, merge_app
 from jevany_client.eval import EvalError
 from jevany_client.eval.shards import Shard, parse_shard
 from jevany_client.eval.suite import read_suite
@@ -99,3 +99,10 @@ def test_the_installed_command_dispatches_merge_and_the_report_is_written(suite,
     assert done.returncode == 0, done.stderr
     assert json.loads(report.read_text())["items"] == {"answered": 0, "errors": 24, "not_done": 0}
     assert out.read_bytes() == whole.read_bytes()
+
+
+def test_the_help_of_jevany_eval_names_its_merge_command_and_what_it_does():
+    text = CliRunner().invoke(eval_app, ["--help"]).output
+    description = " ".join(text.split("Arguments:")[0].split())     # above the options: not only --shard's help
+    assert "jevany-eval merge SUITE.jsonl RESULTS.jsonl... --out MERGED.jsonl joins the results files" in description
+    assert "`jevany-eval merge --help`" in description
