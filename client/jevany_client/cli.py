@@ -7,8 +7,11 @@ Their help has jevany-daemon's plain layout: at most 80 columns, each option's
 default and, where one may set it, its environment variable.
 """
 
+import contextlib
 import json
 import sys
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -353,10 +356,37 @@ def _control_command(op: str, doc: str, settles: bool = False) -> None:
     ctl_app.command(op.replace("_", "-"))(command)
 
 
+PROGRESS_EVERY_S = 5.0
+_WAITING_FOR = {
+    "reload": "reloading: waiting for the new workers to load",
+    "drain": "draining: waiting for the requests in flight to be answered",
+}
+
+
+@contextlib.contextmanager
+def _progress(what: str, every: float):
+    """Say on stderr, every `every` seconds, what a long wait waits for, until it ends."""
+    done = threading.Event()
+    started = time.monotonic()
+
+    def tell() -> None:
+        while not done.wait(every):
+            typer.echo(f"{what} ({time.monotonic() - started:.0f} s)", err=True)
+
+    teller = threading.Thread(target=tell, name="jevany-ctl-progress", daemon=True)
+    teller.start()
+    try:
+        yield
+    finally:
+        done.set()
+        teller.join()
+
+
 def _settle(client: Any, op: str, wait: float) -> Any:
     client.ping()
     try:
-        return client.call(op, timeout=wait)
+        with _progress(_WAITING_FOR.get(op, f"{op}: waiting for the daemon to finish"), PROGRESS_EVERY_S):
+            return client.call(op, timeout=wait)
     except JevTimeoutError:
         raise _fail(2, f"the daemon took {op} but did not finish it within {wait:g}s") from None
 

@@ -174,7 +174,12 @@ class FakeDaemon:
         code = (request.body or {}).get("error")
         if code is not None:
             return self.reply_error(sock, envelope, request.id, fake_error(code))
-        self.reply_ok(sock, envelope, request.id, {"op": request.op, "server": self.name})
+        result = {"op": request.op, "server": self.name}
+        settle = float(os.environ.get("FAKE_SETTLE_S", "0")) if request.op in ("drain", "reload") else 0
+        if settle:      # a reload loading its workers, a drain answering what is in flight
+            heapq.heappush(self.due, (time.monotonic() + settle, next(self.tie), sock, envelope, request.id, result))
+        else:
+            self.reply_ok(sock, envelope, request.id, result)
 
     op_drain = op_reload = op_clear_cache
 

@@ -314,3 +314,19 @@ def test_a_daemon_on_tcp_passes_the_probe(runner, socket_dir):
         result = runner.invoke(ctl_app, ["ping", "-e", endpoint])
     assert result.exit_code == 0, result.output
     assert result.stdout.startswith(f"pong from {endpoint}")
+
+
+@pytest.mark.parametrize("command, waiting", [("reload", "reloading: waiting for the new workers to load ("),
+                                              ("drain", "draining: waiting for the requests in flight to be "
+                                                        "answered (")])
+def test_reload_and_drain_say_what_they_wait_for_while_they_wait(runner, socket_dir, monkeypatch, command, waiting):
+    import jevany_client.cli as cli
+
+    monkeypatch.setenv("FAKE_SETTLE_S", "1.2")      # the fake daemon replies to drain and reload after that
+    monkeypatch.setattr(cli, "PROGRESS_EVERY_S", 0.3)
+    with fake_daemon(socket_dir, f"slow-{command}", control=True) as slow:
+        result = runner.invoke(ctl_app, [command, "--control", slow.control])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["op"] == command
+    said = result.stderr.splitlines()
+    assert len(said) >= 2 and all(line.startswith(waiting) and line.endswith(" s)") for line in said), said
