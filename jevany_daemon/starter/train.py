@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -29,6 +30,9 @@ from jevany_daemon.model.decision_model import DecisionModel
 from jevany_daemon.model.pointer_head import PointerHead
 
 from . import suite
+
+
+OnStep = Callable[[int, float | None], None] | None     # (steps done, loss or None): progress, for display
 
 
 @dataclass(frozen=True)
@@ -102,10 +106,12 @@ class Trainer:
         """(the states the readout reads, the readout's plan): the engine's layout, backbone and plan."""
         return self.engine.gathered(batch.admitted)
 
-    def freeze_states(self, batches: list[Batch]) -> None:
+    def freeze_states(self, batches: list[Batch], on_step: OnStep = None) -> None:
         with torch.no_grad():
-            for batch in batches:
+            for done, batch in enumerate(batches, 1):
                 batch.hidden, batch.plan = self.gathered(batch)
+                if on_step:
+                    on_step(done, None)
 
     def logits(self, batch: Batch) -> torch.Tensor:
         """[questions, widest] logits, -inf past a question's last option (the softmax grid the readout uses)."""
@@ -115,8 +121,11 @@ class Trainer:
         return grid.view(len(plan.counts), plan.width)
 
 
-def _optimise(params, steps: int, lr: float, weight_decay: float, loss_at) -> list[float]:
-    """AdamW on a cosine schedule; loss_at(step) gives each step's loss. Returns the losses."""
+def _optimise(params, steps: int, lr: float, weight_decay: float, loss_at, on_step: OnStep = None) -> list[float]:
+    """AdamW on a cosine schedule; loss_at(step) gives each step's loss. Returns the losses.
+
+    on_step(steps done, that step's loss), if given, after each step: the progress a person watches.
+    """
     if steps == 0:
         return []
     optimizer = torch.optim.AdamW(params, lr=lr, weight_decay=weight_decay)
@@ -129,24 +138,28 @@ def _optimise(params, steps: int, lr: float, weight_decay: float, loss_at) -> li
         optimizer.step()
         schedule.step()
         losses.append(loss.item())
+        if on_step:
+            on_step(step + 1, losses[-1])
     return losses
 
 
-def fit_head(trainer: Trainer, batches: list[Batch], recipe: Recipe) -> list[float]:
-    """Stage 1: the head alone, on states computed once."""
-    trainer.freeze_states(batches)
+def fit_head(trainer: Trainer, batches: list[Batch], recipe: Recipe, on_step: OnStep = None) -> list[float]:
+    """Stage 1: the head alone, on states computed once (frozen_states, or here)."""
+    if any(batch.hidden is None for batch in batches):
+        trainer.freeze_states(batches)
     rng = random.Random(recipe.seed)
     order = [rng.randrange(len(batches)) for _ in range(recipe.head_steps)]
     return _optimise(trainer.head.parameters(), recipe.head_steps, recipe.head_lr, recipe.weight_decay,
-                     lambda step: cross_entropy(trainer.logits(batches[order[step]]), batches[order[step]].labels))
+                     lambda step: cross_entropy(trainer.logits(batches[order[step]]), batches[order[step]].labels),
+                     on_step)
 
 
-def tune(trainer: Trainer, batches: list[Batch], params: list, recipe: Recipe) -> list[float]:
+def tune(trainer: Trainer, batches: list[Batch], params: list, recipe: Recipe, on_step: OnStep = None) -> list[float]:
     """Stage 2: adapter and head together, one pass over each batch, gradients through the backbone."""
     for batch in batches:
         batch.hidden = batch.plan = None
     return _optimise(params, len(batches), recipe.tune_lr, recipe.weight_decay,
-                     lambda step: cross_entropy(trainer.logits(batches[step]), batches[step].labels))
+                     lambda step: cross_entropy(trainer.logits(batches[step]), batches[step].labels), on_step)
 
 
 def fit_temperature(trainer: Trainer, batches: list[Batch]) -> float:
