@@ -10,7 +10,6 @@ with everything written so far kept.
 import asyncio
 import os
 import signal
-import time
 from collections.abc import Callable
 from contextlib import nullcontext
 from dataclasses import dataclass
@@ -24,7 +23,7 @@ from .private import PrivateDaemon, log_path_for
 from .report import build_report, rounded, write_report
 from .report import summary as report_summary
 from .results import ResultsLog, read_results
-from .runner import Runner, RunSummary
+from .runner import Runner, RunSummary, rate_text
 from .shards import Shard, parse_shard
 from .suite import Item, read_suite
 
@@ -78,6 +77,8 @@ def evaluate(options: Options, echo: Callable[[str], None] = print) -> int:
             code = _run(options, todo, log, len(items), echo)
             if code is not None:
                 return code
+        else:
+            echo(f"nothing to send: all {len(items)} items already have their outcome in {out}")
         records = dict(log.done)
     report = build_report(items, records)
     if other is not None:
@@ -98,7 +99,6 @@ def _run(options: Options, todo: list[Item], log: ResultsLog, total: int, echo) 
     try:
         with private or nullcontext():
             endpoints = [private.endpoint] if private else options.endpoints
-            started = time.perf_counter()      # a private daemon's loading is not the run's rate
             outcome = asyncio.run(_send(options, endpoints, todo, log, total))
     except KeyboardInterrupt:
         echo(f"interrupted: {len(log.done)} of {total} items are in {log.path}; "
@@ -107,13 +107,19 @@ def _run(options: Options, todo: list[Item], log: ResultsLog, total: int, echo) 
     except asyncio.CancelledError:
         echo(f"stopped by SIGTERM: {len(log.done)} of {total} items are in {log.path}")
         return TERMINATED
-    elapsed = time.perf_counter() - started
-    echo(f"{outcome.finished} items finished by this run in {elapsed:.2f} s "
-         f"({outcome.finished / elapsed:.1f} items/s)" + _retried(outcome))
+    echo(_sent(outcome) + _retried(outcome))
     if outcome.stopped:
         echo(f"stopped early: {outcome.stopped}; {outcome.left} items not done, "
              "run the same command again to finish them")
     return None
+
+
+def _sent(outcome: RunSummary) -> str:
+    """The run's rate, the quantity the bar shows (RunSummary.rate), or that it finished nothing."""
+    if not outcome.finished:
+        return "no item finished by this run, so no rate"
+    return (f"{outcome.finished} items finished by this run in {outcome.sending_s():.2f} s of sending: "
+            f"{rate_text(outcome.rate())} (from its first request to its last outcome)")
 
 
 def _retried(outcome: RunSummary) -> str:

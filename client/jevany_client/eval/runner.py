@@ -18,6 +18,12 @@ retryably, the run stops and leaves them undone: a rerun picks them up.
 Ctrl-C or SIGTERM stops at once in the same way: the calls in flight are
 cancelled (their late replies are discarded by the client) and everything
 already written stays.
+
+The run's rate (RunSummary.rate), which the progress bar and the printed
+summary both show: items given a final outcome by this run over the seconds
+from its first request to its last outcome. A private daemon's loading, the
+first ping and the report are not in it; a run that finished nothing has no
+rate.
 """
 
 import asyncio
@@ -42,6 +48,26 @@ class RunSummary:
     retried: Counter = field(default_factory=Counter)    # retryable failures, tried again
     left: int = 0                                        # items still not done when the run stopped
     stopped: str | None = None                           # why the run stopped before the end
+    sending_since: float | None = None                   # time.monotonic() of the first request
+    last_outcome_at: float | None = None                 # time.monotonic() of the last final outcome
+
+    def sending_s(self) -> float | None:
+        """Seconds from the first request to the last outcome; None before the first outcome."""
+        if self.sending_since is None or self.last_outcome_at is None:
+            return None
+        return self.last_outcome_at - self.sending_since
+
+    def rate(self) -> float | None:
+        """Items finished by this run per second of sending (see above); None if it finished none."""
+        seconds = self.sending_s()
+        if not self.finished or seconds is None:
+            return None
+        return self.finished / max(seconds, 1e-6)
+
+
+def rate_text(rate: float | None) -> str:
+    """A rate as the bar and the summary both write it."""
+    return "-- items/s" if rate is None else f"{rate:,.1f} items/s"
 
 
 class _GiveUp(Exception):
@@ -66,6 +92,7 @@ class Runner:
 
     async def run(self, todo: list[Item]) -> RunSummary:
         pending = iter(todo)
+        self.summary.sending_since = time.monotonic()
         workers = [asyncio.ensure_future(self._work(pending)) for _ in range(min(self.concurrency, len(todo)))]
         try:
             await asyncio.gather(*workers)
@@ -107,7 +134,7 @@ class Runner:
         # One synchronous write between awaits: a cancellation can never split a line.
         self.log.append(record)
         self.summary.finished += 1
-        self._last_progress = time.monotonic()
+        self._last_progress = self.summary.last_outcome_at = time.monotonic()
         self.on_change(self.summary)
 
     def _check_patience(self, err: JevanyError) -> None:

@@ -1,0 +1,52 @@
+"""The run's rate: the progress bar and the printed summary give the same figure (items finished
+by this run over the seconds from its first request to its last outcome), and a run that sends
+nothing, or finishes nothing, says so instead of a rate.
+"""
+import json
+import re
+from pathlib import Path
+
+from jevany_client.eval import Options, evaluate
+
+from .test_eval_metrics import NOUL
+
+RATE = re.compile(r"([\d,]+\.\d) items/s")
+
+
+def write_suite(path: Path, states: list) -> str:
+    path.write_text("".join(json.dumps({"state": s, "questions": {"u": NOUL}, "labels": {"u": True}}) + "\n"
+                            for s in states))
+    return str(path)
+
+
+def run(capsys, suite: str, endpoint: str, out: Path, **more) -> tuple[int, str, str]:
+    said = []
+    code = evaluate(Options(suite, endpoints=[endpoint], out=str(out), concurrency=2, **more), echo=said.append)
+    return code, "\n".join(said), capsys.readouterr().err
+
+
+def test_the_bar_and_the_summary_give_the_same_rate_and_a_run_with_nothing_to_send_gives_none(
+        tmp_path, daemon, capsys):
+    # {"delay": S}: the fake echoes it S seconds late (an echo is an invalid_answer: still a final outcome).
+    suite = write_suite(tmp_path / "suite.jsonl", [{"delay": 0.05, "n": n} for n in range(8)])
+    out = tmp_path / "results.jsonl"
+    code, said, bar = run(capsys, suite, daemon.endpoint, out, progress=True)
+    assert code == 0, said
+    sent = re.search(r"8 items finished by this run in ([\d.]+) s of sending: ([\d,]+\.\d) items/s "
+                     r"\(from its first request to its last outcome\)", said)
+    assert sent, said
+    assert RATE.findall(bar)[-1:] == [sent[2]], bar           # the bar's final figure is the summary's
+    assert 0.1 <= float(sent[1]) < 5 and float(sent[2]) <= 8 / 0.1 * 1.05   # four rounds of 50 ms at least
+
+    code, said, bar = run(capsys, suite, daemon.endpoint, out, progress=True)
+    assert code == 0, said
+    assert f"nothing to send: all 8 items already have their outcome in {out}" in said
+    assert "items/s" not in said + bar and "finished by this run" not in said
+
+
+def test_a_run_that_finishes_nothing_says_so_instead_of_a_rate(tmp_path, daemon, capsys):
+    suite = write_suite(tmp_path / "suite.jsonl", ["error:overloaded"])     # retryable, every time
+    code, said, _ = run(capsys, suite, daemon.endpoint, tmp_path / "results.jsonl", patience=0.3, progress=False)
+    assert code == 3, said
+    assert "no item finished by this run, so no rate (tried again after: overloaded " in said, said
+    assert "items/s" not in said
