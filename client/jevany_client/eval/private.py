@@ -8,6 +8,10 @@ at exit it gets SIGTERM, which drains it: nothing accepted is dropped. Its
 log goes to DAEMON.log beside the results. jevany-client does not depend on
 jevany-daemon: the command is `jevany-daemon` on PATH, else this Python's
 `-m jevany_daemon`.
+
+While it loads, the run says so (on stderr, through `say`): that it is
+starting it, a line every NOTE_EVERY_S once loading takes over NOTE_AFTER_S,
+and how long it took once ready; the progress bar starts only then.
 """
 
 import importlib.util
@@ -19,6 +23,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from ..errors import JevanyError
@@ -27,10 +32,17 @@ from .errors import EvalError
 POLL_S = 0.2
 STOP_WITHIN_S = 120.0        # a drain answers what is in flight; a stuck one is killed after this
 LOG_TAIL = 2000
+NOTE_AFTER_S = 5.0           # a load shorter than this gets no "still loading" line
+NOTE_EVERY_S = 10.0
+
+
+def _to_stderr(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
 
 
 class PrivateDaemon:
-    def __init__(self, serve_args: str, log_path: str, ready_within_s: float):
+    def __init__(self, serve_args: str, log_path: str, ready_within_s: float,
+                 say: Callable[[str], None] = _to_stderr):
         try:
             self.args = shlex.split(serve_args)
         except ValueError as exc:
@@ -40,6 +52,7 @@ class PrivateDaemon:
                 raise EvalError(f"--serve: {flag} is chosen by jevany-eval (a private ipc socket)")
         self.log_path = Path(log_path)
         self.ready_within_s = ready_within_s
+        self.say = say
         self.dir = Path(tempfile.mkdtemp(prefix="jevany-eval-"))     # 0700: this job's alone
         self.endpoint = f"ipc://{self.dir}/daemon.sock"
         self.proc: subprocess.Popen | None = None
@@ -57,16 +70,25 @@ class PrivateDaemon:
 
     def start(self) -> None:
         command = [*_daemon_command(), "serve", *self.args, "--bind", self.endpoint, "--control", ""]
+        self.say(f"starting a daemon for this run (jevany-daemon serve {shlex.join(self.args)}): "
+                 f"waiting for it to load; its log: {self.log_path}")
+        started = time.monotonic()
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
-        self._wait_ready()
+        self._wait_ready(started)
+        self.say(f"daemon ready in {time.monotonic() - started:.1f} s")
 
-    def _wait_ready(self) -> None:
+    def _wait_ready(self, started: float) -> None:
         from ..client import JevClient
 
-        deadline = time.monotonic() + self.ready_within_s
+        deadline = started + self.ready_within_s
+        next_note = started + NOTE_AFTER_S
         with JevClient(self.endpoint, timeout=2.0, retries=0) as client:
             while time.monotonic() < deadline:
+                if time.monotonic() >= next_note:
+                    self.say(f"still waiting for the daemon to load: {time.monotonic() - started:.0f} s of "
+                             f"{self.ready_within_s:g} s (--serve-timeout); its log: {self.log_path}")
+                    next_note += NOTE_EVERY_S
                 if self.proc.poll() is not None:
                     raise EvalError(f"the private daemon exited {self.proc.returncode} before it was ready; "
                                     f"its log ({self.log_path}) ends:\n{self._log_tail()}")
