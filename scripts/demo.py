@@ -77,11 +77,11 @@ def starter_model(model: Path) -> Path:
     """The model to serve: the starter model is trained on first use; any other must exist."""
     if model != STARTER or (model / "head.pt").is_file():
         return model
-    from jevany_daemon.starter.build import build_trained_model
+    from jevany_daemon.starter.build import StageLines, build_trained_model
     from jevany_daemon.starter.evaluate import format_report
 
-    print(f"Training the starter model into {model} (once; about a minute on 2 CPU cores) ...", flush=True)
-    figures = build_trained_model(model)
+    print(f"Training the starter model into {model} (once; under a minute on 2 idle CPU cores) ...", flush=True)
+    figures = build_trained_model(model, progress=StageLines(sys.stdout))     # each stage, then steps and loss
     print(f"trained in {figures['train_seconds']:.0f} s; held-out figures measured in-process:")
     print(textwrap.indent(format_report(figures["heldout"]), "  "))
     return model
