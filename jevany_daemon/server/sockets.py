@@ -41,10 +41,25 @@ def bind_router(ctx, endpoint: str, max_message_bytes: int, curve_keys: tuple | 
         sock.bind(endpoint)
     except zmq.ZMQError as exc:
         sock.close()
-        raise StartupError(f"cannot bind {endpoint} ({flag}): {exc}") from None
+        said = zmq.strerror(exc.errno)     # str(exc) repeats the address
+        raise StartupError(f"cannot bind {endpoint} ({flag}): {said}{_advice(endpoint, flag, exc.errno)}") from None
     listener = Listener(sock, sock.getsockopt_string(zmq.LAST_ENDPOINT), path, mode)
     listener.set_mode()
     return sock, listener
+
+
+_LOOPBACK = {"*": "127.0.0.1", "0.0.0.0": "127.0.0.1", "[::]": "[::1]"}
+
+
+def _advice(endpoint: str, flag: str, errno: int) -> str:
+    """What to do about a TCP port something else holds: as --http's refusal says it (gateway_handle.py)."""
+    if errno != zmq.EADDRINUSE or not endpoint.startswith("tcp://"):
+        return ""
+    host, port = endpoint[len("tcp://"):].rsplit(":", 1)
+    host = _LOOPBACK.get(host, host)      # a wildcard is bound, not connected to
+    return (f"; another process listens on port {port}: choose another port for {flag}, or stop what holds it "
+            f"(another daemon answers `jevany-ctl status --endpoint tcp://{host}:{port}`; "
+            f"`ss -ltnp 'sport = :{port}'` names the process)")
 
 
 class Listener:

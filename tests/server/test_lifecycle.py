@@ -190,3 +190,24 @@ def test_status_fields(start_daemon):
     assert described["aliases"] == ["jevany-latest"] and described["layout"] == "packed"
     assert described["limits"]["max_batch_size"] == 4 and described["cpu_threads"] == 1
     daemon.stop()
+
+
+@pytest.mark.parametrize("bound,asked", [("127.0.0.1", "127.0.0.1"), ("0.0.0.0", "*")])
+def test_a_taken_tcp_port_says_which_flag_and_what_to_do(bound, asked):
+    from jevany_daemon.server.sockets import StartupError, bind_router
+
+    ctx = zmq.Context()
+    try:
+        with socket.socket() as taken:
+            taken.bind((bound, 0))
+            taken.listen()
+            port = taken.getsockname()[1]
+            with pytest.raises(StartupError) as info:
+                bind_router(ctx, f"tcp://{asked}:{port}", 1 << 20, flag="--control")
+    finally:
+        ctx.term()
+    said = str(info.value)
+    assert said.startswith(f"cannot bind tcp://{asked}:{port} (--control): Address already in use; ")
+    assert "choose another port for --control, or stop what holds it" in said
+    assert f"`jevany-ctl status --endpoint tcp://127.0.0.1:{port}`" in said     # a wildcard is not dialled
+    assert f"`ss -ltnp 'sport = :{port}'`" in said
