@@ -10,6 +10,7 @@ opened before it raises. end: the metrics and systemd's socket, which the
 supervisor holds from before start, then the stop event.
 """
 import ctypes
+import errno
 import logging
 import os
 import shutil
@@ -201,7 +202,12 @@ def _serve_metrics(settings, metrics) -> str | None:
     try:
         port = metrics.serve(settings.metrics_port, host)
     except OSError as exc:
-        raise StartupError(f"cannot serve metrics on {shown}:{settings.metrics_port}: {exc}") from None
+        where = f"cannot serve metrics on {shown}:{settings.metrics_port}"
+        if exc.errno == errno.EADDRINUSE:
+            raise StartupError(f"{where} (--metrics-port): {os.strerror(exc.errno)}; choose another "
+                               "--metrics-port, or --metrics-port 0 for a free one (status and the start-up log "
+                               "show which)") from None
+        raise StartupError(f"{where} (--metrics-host, --metrics-port): {exc}") from None
     return f"http://{shown}:{port}/metrics"
 
 

@@ -211,3 +211,21 @@ def test_a_taken_tcp_port_says_which_flag_and_what_to_do(bound, asked):
     assert "choose another port for --control, or stop what holds it" in said
     assert f"`jevany-ctl status --endpoint tcp://127.0.0.1:{port}`" in said     # a wildcard is not dialled
     assert f"`ss -ltnp 'sport = :{port}'`" in said
+
+
+def test_a_taken_metrics_port_names_the_flag_and_the_way_out():
+    from types import SimpleNamespace
+
+    from jevany_daemon.server.lifecycle import _serve_metrics
+    from jevany_daemon.server.metrics import Metrics
+    from jevany_daemon.server.sockets import StartupError
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        with pytest.raises(StartupError) as info:
+            _serve_metrics(SimpleNamespace(metrics_port=port, metrics_host="127.0.0.1"), Metrics())
+    assert str(info.value) == (f"cannot serve metrics on 127.0.0.1:{port} (--metrics-port): Address already in use; "
+                               "choose another --metrics-port, or --metrics-port 0 for a free one (status and the "
+                               "start-up log show which)")
