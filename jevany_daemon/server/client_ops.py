@@ -10,6 +10,8 @@ The supervisor's receive-from-clients phase hands each message here.
 """
 from itertools import count
 
+import zmq
+
 from jevany_client.errors import (
     ForbiddenError,
     InvalidMessageError,
@@ -56,6 +58,13 @@ def decide_media(request: Request, payload: bytes) -> tuple[Media, ...]:
     return parse_media(request.body)
 
 
+def _bound_to(sock) -> str:
+    try:
+        return sock.getsockopt_string(zmq.LAST_ENDPOINT)
+    except zmq.ZMQError:
+        return ""
+
+
 class ClientOps:
     def __init__(self, *, clock, run_state, queue, media, gather, overloads, pool, clears, reloads, control,
                  replies, status, begin_drain):
@@ -76,7 +85,7 @@ class ClientOps:
             return
         try:
             if request.op in CONTROL_OPS and sock is not self.control:
-                raise ForbiddenError(f"{request.op} is a control op; send it to the control endpoint")
+                raise ForbiddenError(self._not_here(sock, request.op))
             if request.op in CONTROL_OPS and not may_control(envelope):
                 raise ForbiddenError(f"{request.op} is a control op; only the daemon's own user may send it")
             handler = getattr(self, f"op_{request.op}")
@@ -86,6 +95,20 @@ class ClientOps:
             return
         if result is not None:
             self.replies.answer(sock, envelope, request.op, request.id, result)
+
+    def _not_here(self, sock, op: str) -> str:
+        """A control op sent to a public socket: where it goes instead. The control endpoint's address is
+        said only to a client on this host (an ipc socket): a TCP or HTTP client may be anyone."""
+        command = op.replace("_", "-")
+        address = self.status.settings().control_endpoint
+        if address is None:
+            return (f"{op} is a control op, and this daemon's control endpoint is off (--control ''): "
+                    "the operator must restart it with --control ADDRESS to take control ops")
+        if self.replies.transport(sock) == "zmq" and _bound_to(sock).startswith("ipc://"):
+            return (f"{op} is a control op; send it to this daemon's control endpoint, {address}: "
+                    f"jevany-ctl {command} --control {address}")
+        return (f"{op} is a control op; send it to the daemon's control endpoint, not this one: "
+                f"jevany-ctl {command} --control ADDRESS, on the daemon's host")
 
     # --- decide ------------------------------------------------------------
 

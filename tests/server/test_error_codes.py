@@ -227,3 +227,61 @@ def test_a_non_finite_answer_is_internal_for_its_request_alone(start_daemon, tin
     assert status["workers"][0]["restarts"] == 0
     still_serves(daemon)
     assert daemon.stop() == 0
+
+
+def test_a_control_op_on_the_public_socket_says_where_it_goes(shared_daemon):
+    # a client on this host (an ipc socket) is told the control endpoint's address and the command
+    raw = Raw(shared_daemon.endpoint)
+    try:
+        reply = raw.send(msgpack.packb({"v": 1, "id": "d", "op": "clear_cache"}))
+    finally:
+        raw.close()
+    assert reply["error"]["code"] == "forbidden"
+    assert reply["error"]["message"] == (f"clear_cache is a control op; send it to this daemon's control endpoint, "
+                                         f"{shared_daemon.control}: jevany-ctl clear-cache --control "
+                                         f"{shared_daemon.control}")
+
+
+class _Refusals:
+    def __init__(self, gateway=None):
+        self.gateway, self.said = gateway, []
+
+    def transport(self, sock):
+        return "http" if sock is self.gateway else "zmq"
+
+    def refuse(self, sock, envelope, op, request_id, exc):
+        self.said.append((exc.code, exc.message))
+
+
+@pytest.mark.parametrize("bound,control,said", [
+    ("tcp://127.0.0.1:*", "ipc:///run/u/jevany/control.sock",
+     "drain is a control op; send it to the daemon's control endpoint, not this one: "
+     "jevany-ctl drain --control ADDRESS, on the daemon's host"),
+    ("ipc://{tmp}/http.sock", "ipc:///run/u/jevany/control.sock",       # the HTTP gateway's: anyone's requests
+     "drain is a control op; send it to the daemon's control endpoint, not this one: "
+     "jevany-ctl drain --control ADDRESS, on the daemon's host"),
+    ("tcp://127.0.0.1:*", "",
+     "drain is a control op, and this daemon's control endpoint is off (--control ''): the operator must "
+     "restart it with --control ADDRESS to take control ops"),
+], ids=["tcp", "http", "control-off"])
+def test_the_control_address_is_said_only_to_a_client_on_this_host(tmp_path, bound, control, said):
+    from types import SimpleNamespace
+
+    from jevany_daemon.server.client_ops import ClientOps
+    from jevany_daemon.server.settings import ServeSettings
+
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.ROUTER)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.bind(bound.format(tmp=tmp_path))
+    try:
+        refusals = _Refusals(gateway=sock if "http" in bound else None)
+        settings = ServeSettings(control=control)
+        ops = ClientOps(clock=lambda: 0.0, run_state=None, queue=None, media=None, gather=None, overloads=None,
+                        pool=None, clears=None, reloads=None, control=object(), replies=refusals,
+                        status=SimpleNamespace(settings=lambda: settings), begin_drain=None)
+        ops.handle(sock, [b"peer"], msgpack.packb({"v": 1, "id": "d", "op": "drain"}))
+    finally:
+        sock.close()
+        ctx.term()
+    assert refusals.said == [("forbidden", said)]
