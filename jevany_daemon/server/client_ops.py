@@ -119,7 +119,7 @@ class ClientOps:
             raise ShuttingDownError("the daemon is stopping")
         media = decide_media(request, payload)
         if media and self.media is None:
-            raise InvalidRequestError("media is disabled; the server operator must set JEVANY_MEDIA_ROOT")
+            raise InvalidRequestError(self._no_media())
         # Requests being checked count against --max-queue: each will join the queue.
         checking = self.media.pending() if self.media is not None else 0
         if len(self.queue) + checking >= self.queue.max_depth:
@@ -136,6 +136,24 @@ class ClientOps:
         else:
             self.queue.push(entry)
         return None    # the reply comes when a worker answers
+
+    def _no_media(self) -> str:
+        """Why a media request is refused where no media root is set: the model takes none, or the
+        operator has not turned media on.
+
+        A checkpoint (its description has a decision_mode) lists its media types whether or not a
+        root is set; a plain causal LM is loaded for text alone without one, so its empty list says
+        nothing of what it could take.
+        """
+        model = next((w.model for w in self.pool.serving() if w.model), None)
+        if model is None:        # no worker has described the model yet
+            return "media is disabled; the server operator must set --media-root (or JEVANY_MEDIA_ROOT)"
+        model_id, types = model.get("id"), model.get("media_types") or []
+        if not types and model.get("decision_mode"):
+            return f"model {model_id} takes no media; send the request without them"
+        takes = f"takes {', '.join(types)}" if types else "is served for text only"
+        return (f"media is disabled: model {model_id} {takes}, and the server operator has set no media root "
+                "(--media-root, or JEVANY_MEDIA_ROOT)")
 
     def media_checked(self, entry: Entry, ok: bool, outcome) -> None:
         """A checked media request joins the queue (with its resolved files), or gets the policy's refusal.

@@ -34,13 +34,37 @@ def decide_error(client, body, **kw):
     return info.value
 
 
-def test_media_is_refused_plainly_without_a_root(start_daemon):
+def test_media_is_refused_plainly_without_a_root(start_daemon, tmp_path):
+    from jevany_daemon.model.tiny import build_tiny_model
+
+    # a checkpoint that reads text only: the model is named, and no root would help
+    daemon = start_daemon(readout="pointer")
+    with daemon.client(timeout=30, retries=0) as client:
+        err = decide_error(client, with_media(("image", "a.png")))
+        model = client.models()["models"][0]["id"]
+        assert (err.code, err.message) == ("invalid_request", f"model {model} takes no media; send the request "
+                                           "without them")
+        assert client.status()["media"]["enabled"] is False
+    assert daemon.stop() == 0
+    # one that reads images: the operator's two ways to set a root
+    daemon = start_daemon(model=build_tiny_model(tmp_path / "mm", arch="qwen3_5", readout="pointer",
+                                                 multimodal=True))
+    with daemon.client(timeout=30, retries=0) as client:
+        err = decide_error(client, with_media(("image", "a.png")))
+        described = client.models()["models"][0]
+        assert described["media_types"]
+        assert (err.code, err.message) == ("invalid_request", f"media is disabled: model {described['id']} takes "
+                                           f"{', '.join(described['media_types'])}, and the server operator has "
+                                           "set no media root (--media-root, or JEVANY_MEDIA_ROOT)")
+    assert daemon.stop() == 0
+    # a plain causal LM is loaded for text alone without a root, so what it could take is not known
     daemon = start_daemon(readout="choice")
     with daemon.client(timeout=30, retries=0) as client:
         err = decide_error(client, with_media(("image", "a.png")))
-        assert (err.code, err.message) == ("invalid_request",
-                                           "media is disabled; the server operator must set JEVANY_MEDIA_ROOT")
-        assert client.status()["media"]["enabled"] is False
+        model = client.models()["models"][0]["id"]
+        assert (err.code, err.message) == ("invalid_request", f"media is disabled: model {model} is served for "
+                                           "text only, and the server operator has set no media root "
+                                           "(--media-root, or JEVANY_MEDIA_ROOT)")
     assert daemon.stop() == 0
 
 
