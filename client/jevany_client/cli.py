@@ -294,9 +294,15 @@ def status(
         False, "--ready", help="Print only the state; exit 0 if ready, 1 if not (starting, draining, drained), "
         "2 if no reply: an exec probe for a ZeroMQ-only pod. [default: off]", show_default=False,
     ),
+    watch: float = typer.Option(
+        None, "--watch", "-w", min=0.1, metavar="SECONDS", help="Show the page again every SECONDS until Ctrl-C "
+        "(on a terminal, in place). [default: once]", show_default=False,
+    ),
 ) -> None:
     """Show the model, workers, queue, batching, latency and error counts."""
     where = endpoint or default_endpoint()
+    if watch is not None and not (ready or as_json):
+        _watch_status(where, timeout, watch)
     result = _ask([where], timeout, lambda c: c.status())
     if ready:
         state = result.get("state") if isinstance(result, dict) else None
@@ -306,6 +312,21 @@ def status(
         _print_json(result)
     else:
         typer.echo(format_status(result))
+
+
+def _watch_status(where: str, timeout: float, every_s: float) -> None:
+    """The status page every every_s seconds: redrawn in place on a terminal, one page after another
+    elsewhere; a daemon that stops answering ends it (exit 2, as a single status would)."""
+    import time
+
+    clear = "\x1b[H\x1b[2J" if sys.stdout.isatty() else ""
+    try:
+        while True:
+            page = format_status(_ask([where], timeout, lambda c: c.status()))
+            typer.echo(f"{clear}{page}\n\n(every {every_s:g} s; Ctrl-C ends)" if clear else f"{page}\n")
+            time.sleep(every_s)
+    except KeyboardInterrupt:
+        raise typer.Exit(0) from None
 
 
 @ctl_app.command("ping")

@@ -22,7 +22,7 @@ def format_status(s: dict) -> str:
         ("source", _text(model.get("source"))
                    + ("   (RANDOM weights: the built-in demo model, its answers mean nothing)"
                       if model.get("random_weights") else "")),
-        ("readout", f"{_text(model.get('readout'))}   layout {_text(model.get('layout'))}"),
+        ("readout", f"{_text(model.get('readout') or _loading(s))}   layout {_text(model.get('layout'))}"),
         ("device", f"{_text(model.get('device'))}   dtype {_text(model.get('dtype'))}"),
         ("endpoints", ", ".join(map(str, s.get("endpoints") or [])) or "-"),
         ("queue", f"{_text(queue.get('depth'))} / {_text(queue.get('max_depth'))}"),
@@ -30,7 +30,8 @@ def format_status(s: dict) -> str:
         ("batches", f"{_text(batching.get('batches'))} for {_text(batching.get('requests'))} "
                     f"requests, mean size {_number(batching.get('mean_batch_size'), '.2f')}"),
         ("latency", f"p50 {_number(latency.get('p50'), '.1f')} ms   "
-                    f"p99 {_number(latency.get('p99'), '.1f')} ms"),
+                    f"p99 {_number(latency.get('p99'), '.1f')} ms{_waited(latency)}"),
+        ("metrics", _text(s.get("metrics") or ("off" if "metrics" in s else None))),
         ("requests", f"{_text((requests.get('by_op') or {}).get('decide', 0))} decide{_transports(requests)}   "
                      f"{_text(requests.get('ok'))} ok   {_text(requests.get('error'))} error   "
                      f"(every op: ping and status count too)"),
@@ -41,10 +42,22 @@ def format_status(s: dict) -> str:
     return "\n\n".join(block for block in blocks if block)
 
 
+def _loading(s: dict) -> str | None:
+    """The readout is the model's to say: while it loads there is none yet, and the page says why."""
+    return "(known once the model has loaded)" if s.get("state") == "starting" else None
+
+
+def _waited(latency: dict) -> str:
+    waited = latency.get("waited_for_load")
+    return f"   ({waited} that waited for the model to load left out)" if waited else ""
+
+
 def _batching(max_batch_size) -> str:
+    if max_batch_size is None:
+        return "-"
     if max_batch_size == 1:
         return "OFF: each request runs alone (serve with --max-batch-size 32 to share passes)"
-    return f"up to {_text(max_batch_size)} requests a pass"
+    return f"up to {max_batch_size} requests a pass"
 
 
 def _transports(requests: dict) -> str:

@@ -129,7 +129,7 @@ class ClientOps:
         # Queue the bytes, not the decoded body: a decoded msgpack value can be
         # tens of times its wire size, and the worker decodes it anyway.
         entry = Entry(next(self._tags), sock, envelope, request.id, payload, received, deadline,
-                      self.replies.transport(sock))
+                      self.replies.transport(sock), before_ready=self.run_state.state == "starting")
         self.gather.arrived(entry.client, received)
         if media:
             self.media.submit(entry, [[m.type, m.uri] for m in media])   # queued once checked

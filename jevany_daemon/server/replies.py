@@ -10,8 +10,9 @@ import logging
 from jevany_client.errors import JevanyError
 from jevany_client.protocol import error_reply, ok_reply, pack
 
-from .request_queue import Entry
 from jevany_daemon.logs import event
+
+from .request_queue import Entry
 
 log = logging.getLogger("jevany.supervisor")
 
@@ -28,8 +29,8 @@ class Replies:
         return "http" if self.gateway is not None and sock is self.gateway.sock else "zmq"
 
     def record(self, op: str | None, code: str | None, latency_s: float | None = None,
-               transport: str = "zmq") -> None:
-        self.counters.record(op, code, latency_s, transport)
+               transport: str = "zmq", before_ready: bool = False) -> None:
+        self.counters.record(op, code, latency_s, transport, before_ready)
         self.metrics.reply(op, code, transport)
         if latency_s is not None:
             self.metrics.latency.observe(latency_s)
@@ -39,7 +40,7 @@ class Replies:
     def reply_ok(self, entry: Entry, result: dict) -> None:
         # Only workers answer with results; the gather heard of it already (worker_events.note).
         latency = self.clock() - entry.received
-        self.record("decide", None, latency, self.transport(entry.sock))
+        self.record("decide", None, latency, self.transport(entry.sock), entry.before_ready)
         if self.settings().log_requests:
             event(log, "request", id=entry.id, outcome="ok", ms=round(latency * 1000, 2))
         self.send(entry.sock, entry.envelope, self.with_load(ok_reply(entry.id, result)))
@@ -48,7 +49,7 @@ class Replies:
         now = self.clock()
         if not noted:
             self.gather.answered(entry.client, now)
-        self.record("decide", err.code, now - entry.received, self.transport(entry.sock))
+        self.record("decide", err.code, now - entry.received, self.transport(entry.sock), entry.before_ready)
         if self.settings().log_requests:
             event(log, "request", id=entry.id, outcome=err.code)
         self.send(entry.sock, entry.envelope, self.with_load(error_reply(entry.id, err)))

@@ -17,6 +17,7 @@ class Entry:
     transport: str = "zmq"     # zmq, or http through the gateway: counted apart
     media: list | None = None  # its media files as the checker resolved them: [[type, path, stamp]...]
     handover: int = 0          # the hand-over to its worker that carried it (worker_handle.py)
+    before_ready: bool = False  # came while the model loaded: its wait is the load's, not the daemon's pace
 
     @property
     def client(self) -> tuple | None:

@@ -46,9 +46,10 @@ class Counters:
         self.decide_by_transport: Counter = Counter({"zmq": 0, "http": 0})
         self.mixed_batches = 0     # forward passes that held HTTP and ZeroMQ requests together
         self._latency: deque = deque(maxlen=LATENCY_WINDOW)
+        self.waited_for_load = 0   # decide replies to requests that came while the model loaded
 
     def record(self, op: str | None, code: str | None, latency_s: float | None = None,
-               transport: str = "zmq") -> None:
+               transport: str = "zmq", before_ready: bool = False) -> None:
         self.by_op[op or "unreadable"] += 1
         if op == "decide":
             self.decide_by_transport[transport] += 1
@@ -57,7 +58,10 @@ class Counters:
         else:
             self.error += 1
             self.by_code[code] += 1
-        if latency_s is not None:
+        if before_ready:
+            # Their seconds are the model's load, not the daemon's pace: left out of the percentiles.
+            self.waited_for_load += 1
+        elif latency_s is not None:
             self._latency.append(latency_s * 1000)
 
     def requests(self) -> dict:
@@ -66,7 +70,8 @@ class Counters:
 
     def latency_ms(self) -> dict:
         ordered = sorted(self._latency)
-        return {"p50": _percentile(ordered, 0.50), "p99": _percentile(ordered, 0.99), "samples": len(ordered)}
+        return {"p50": _percentile(ordered, 0.50), "p99": _percentile(ordered, 0.99), "samples": len(ordered),
+                "waited_for_load": self.waited_for_load}
 
 
 def _percentile(ordered: list, q: float) -> float:

@@ -330,3 +330,26 @@ def test_reload_and_drain_say_what_they_wait_for_while_they_wait(runner, socket_
     assert json.loads(result.stdout)["op"] == command
     said = result.stderr.splitlines()
     assert len(said) >= 2 and all(line.startswith(waiting) and line.endswith(" s)") for line in said), said
+
+
+def test_format_status_shows_the_metrics_url_the_readout_while_loading_and_waits_left_out():
+    text = format_status({"state": "starting", "metrics": "http://127.0.0.1:40123/metrics", "model": {"readout": ""},
+                          "latency_ms": {"p50": 12.0, "p99": 30.0, "samples": 4, "waited_for_load": 3}})
+    assert "metrics    http://127.0.0.1:40123/metrics" in text
+    assert "readout    (known once the model has loaded)" in text
+    assert "p99 30.0 ms   (3 that waited for the model to load left out)" in text
+    assert "metrics    off" in format_status({"state": "ready", "metrics": None})
+
+
+def test_status_watch_shows_the_page_again_until_ctrl_c(runner, daemon, monkeypatch):
+    naps = []
+
+    def nap(seconds):
+        naps.append(seconds)
+        if len(naps) == 3:
+            raise KeyboardInterrupt
+
+    monkeypatch.setattr(time, "sleep", nap)
+    result = runner.invoke(ctl_app, ["status", "--endpoint", daemon.endpoint, "--watch", "2"])
+    assert result.exit_code == 0 and naps == [2.0, 2.0, 2.0]
+    assert result.stdout.count("state ready") == 3          # not a terminal: one page after another

@@ -14,6 +14,7 @@ from jevany_daemon.parity import compare
 from .client_proc import stream
 from .daemons import wait_for
 from .http_proc import Http, decide_stream, free_port, until_stopped
+from .shared_daemons import Raw
 
 BODY = {
     "state": {"ticket": "parcel two weeks late", "tier": "gold"},
@@ -183,6 +184,7 @@ def test_health_is_503_while_loading_then_200(start_daemon):
             return None
 
     worker = wait_for(worker_pid, 60, "a worker started")
+    raw = Raw(daemon.endpoint)
     os.kill(worker, signal.SIGSTOP)       # holds it loading, however fast the machine
     try:
         assert daemon.status()["state"] == "starting"
@@ -191,10 +193,16 @@ def test_health_is_503_while_loading_then_200(start_daemon):
         assert http.request("GET", "/health")[::2] == (503, {"status": "loading"})
         assert http.request("POST", "/v1/systemone", BODY)[::2] == (503, {"detail": "model is not ready"})
         assert http.request("GET", "/v1/models")[0] == 503
+        raw.send("early", "decide", BODY)       # over ZeroMQ it queues for the model
     finally:
         os.kill(worker, signal.SIGCONT)
     wait_for(lambda: _health(port) == 200, 90, "/health ready once the model loaded")
     assert http.request("POST", "/v1/systemone", BODY)[0] == 200
+    assert raw.recv()["ok"]
+    raw.__exit__()
+    # The early request's wait was the model's load: counted apart, out of the percentiles.
+    assert {k: daemon.status()["latency_ms"][k] for k in ("samples", "waited_for_load")} == {
+        "samples": 1, "waited_for_load": 1}
     http.close()
     assert daemon.stop() == 0
 
