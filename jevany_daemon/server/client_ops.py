@@ -24,10 +24,10 @@ from jevany_client.protocol import CONTROL_OPS, Request, decode_envelope, decode
 from jevany_client.schema import Media, parse_decision, parse_media
 
 from jevany_daemon import __version__
-
 from jevany_daemon import channel
-from .request_queue import Entry
+
 from .peers import may_control
+from .request_queue import Entry
 from .worker_handle import STOPPING
 
 # A message up to this size is decoded and checked whole in the loop: about

@@ -15,13 +15,13 @@ import sys
 
 import zmq
 
-from jevany_daemon.media.policy import uploads_dir
-
 from jevany_daemon.inherited_settings import settings_fd
 from jevany_daemon.logs import event
-from .validation import http_address
-from .sockets import StartupError
+from jevany_daemon.media.policy import uploads_dir
+
 from .sdnotify import worker_environment
+from .sockets import StartupError
+from .validation import http_address
 
 log = logging.getLogger("jevany.supervisor")
 

@@ -21,6 +21,7 @@ import zmq
 from jevany_client.calls import has_message
 
 from jevany_daemon import tenants
+
 from .outbox import Envelope
 from .peers import UNWATCHED, Peer, identify
 

@@ -20,11 +20,11 @@ from dataclasses import dataclass, fields
 import zmq
 
 from jevany_daemon import __version__
+from jevany_daemon.logs import event
 
 from . import curve, fds
 from .gateway_handle import GatewayProcess
 from .inbox import Inbox
-from jevany_daemon.logs import event
 from .media_checks import MediaChecks
 from .outbox import Outbox
 from .peers import Peers

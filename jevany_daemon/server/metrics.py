@@ -7,6 +7,7 @@ from the workers' results messages, so scoring is measured where it happens.
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info
 
 from jevany_daemon.channel import PassRecord
+
 from .metrics_http import MetricsServer
 
 _SIZES = (1, 2, 4, 8, 16, 32, 64, 128, 256)

@@ -33,6 +33,7 @@ from collections import deque
 import zmq
 
 from jevany_daemon.logs import RateLimited
+
 from .peers import UNWATCHED, Peer
 
 log = logging.getLogger("jevany.supervisor")

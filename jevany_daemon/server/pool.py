@@ -11,6 +11,7 @@ from itertools import count
 import zmq
 
 from jevany_daemon import channel
+
 from .settings import ServeSettings
 from .status import add_stats
 from .worker_handle import IDLE, STARTING, STOPPING, WorkerHandle, spawn

@@ -17,6 +17,7 @@ from jevany_client.errors import InternalError, JevanyError, ShuttingDownError
 from jevany_client.protocol import error_reply, ok_reply
 
 from jevany_daemon.logs import event
+
 from .run_state import READY
 from .settings import ServeSettings, SettingsError
 from .status import describe_model

@@ -34,18 +34,17 @@ from jevany_client.calls import has_message
 from jevany_client.errors import DeadlineExceededError, ShuttingDownError
 
 from jevany_daemon import __version__
-
 from jevany_daemon import channel
+from jevany_daemon.logs import RateLimited, event
 
 from . import lifecycle
-from .request_queue import RequestQueue
 from .cache_clears import CacheClears
 from .client_ops import ClientOps
 from .gather import Gather
-from jevany_daemon.logs import RateLimited, event
 from .metrics import Metrics
 from .reload import Reloads
 from .replies import Replies
+from .request_queue import RequestQueue
 from .run_state import DRAINING, READY, STARTING, RunState
 from .sdnotify import Notifier
 from .settings import ServeSettings

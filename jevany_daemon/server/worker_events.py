@@ -13,6 +13,7 @@ from jevany_client.errors import InternalError, WorkerLostError, error_from_wire
 
 from jevany_daemon import channel
 from jevany_daemon.logs import event
+
 from .run_state import STARTING
 from .status import describe_model
 from .worker_handle import BUSY, IDLE, STOPPING, WorkerHandle

@@ -7,9 +7,10 @@ import time
 from dataclasses import dataclass, field
 
 from jevany_daemon import channel
-from .request_queue import Entry
-from .device_names import worker_view
 from jevany_daemon.inherited_settings import settings_fd
+
+from .device_names import worker_view
+from .request_queue import Entry
 from .sdnotify import worker_environment
 
 STARTING, IDLE, BUSY, STOPPING = "starting", "idle", "busy", "stopping"

@@ -21,12 +21,12 @@ import zmq
 
 from jevany_client.ipc_trust import ipc_problem
 
+from jevany_daemon import channel
 from jevany_daemon.config import EngineConfig, LoadOptions
 from jevany_daemon.engine.shape_plan import PlanTooLarge
-
-from jevany_daemon import channel
 from jevany_daemon.inherited_settings import read_settings
 from jevany_daemon.logs import configure_logging, event
+
 from .loop import WorkerLoop
 
 log = logging.getLogger("jevany.worker")
