@@ -139,3 +139,80 @@ def test_the_report_is_the_same_bytes_whatever_order_the_results_arrived_in():
     assert report_json(build_report(items, shuffled)) == first
     ci = json.loads(first)["overall"]["accuracy"]["ci95"]
     assert ci[0] < json.loads(first)["overall"]["accuracy"]["value"] < ci[1]
+
+
+# Two choice questions asked together, as the starter model's team and priority are:
+#   team      item 0 p=(.9,.05,.05) label a right; item 1 p=(.6,.3,.1) label b wrong  -> accuracy .5
+#   priority  item 0 p=(.4,.35,.25) label a right; item 1 p=(.7,.2,.1)  label a right -> accuracy 1
+#   team ECE: bins 13 and 9, one question each: (|1-.9| + |0-.6|)/2 = .35
+#   priority ECE: bins 6 and 10: (|1-.4| + |1-.7|)/2 = .45; choice (both): accuracy .75
+TWO_CHOICES = [
+    ({"state": 0, "questions": {"team": CHOICE, "priority": CHOICE}, "labels": {"team": "a", "priority": "a"}},
+     {"team": [0.9, 0.05, 0.05], "priority": [0.4, 0.35, 0.25]}),
+    ({"state": 1, "questions": {"team": CHOICE, "priority": CHOICE}, "labels": {"team": "b", "priority": "a"}},
+     {"team": [0.6, 0.3, 0.1], "priority": [0.7, 0.2, 0.1]}),
+]
+
+
+def two_choices_report():
+    items = suite_items([line for line, _ in TWO_CHOICES])
+    return build_report(items, answered(items, [p for _, p in TWO_CHOICES]))
+
+
+def test_per_question_figures_keep_apart_the_questions_a_type_merges():
+    report = two_choices_report()
+    assert report["by_type"]["choice"]["accuracy"]["value"] == 0.75
+    assert list(report["by_question"]) == ["priority", "team"]
+    team, priority = report["by_question"]["team"], report["by_question"]["priority"]
+    assert (team["qid"], team["type"], team["questions"]) == ("team", "choice", 2)
+    assert team["accuracy"]["value"] == 0.5 and priority["accuracy"]["value"] == 1.0
+    assert team["ece"]["value"] == pytest.approx(0.35, abs=1e-6)
+    assert priority["ece"]["value"] == pytest.approx(0.45, abs=1e-6)
+    assert priority["nll"]["value"] == pytest.approx((-math.log(0.4) - math.log(0.7)) / 2, abs=1e-6)
+    assert [b["count"] for b in team["reliability"]] == [1, 1]
+    assert team["accuracy"]["ci95"] == [0.0, 1.0] and set(team) >= set(report["overall"])
+
+
+def test_per_question_figures_leave_the_existing_fields_as_they_were(hand_report):
+    # The fields a resume or a compare reads are what they were before by_question was added.
+    assert set(hand_report) == {"format", "suite", "items", "complete", "models", "overall", "by_type",
+                                "by_question", "method"}
+    assert hand_report["by_type"]["choice"]["ece"]["value"] == pytest.approx(0.7, abs=1e-6)
+    assert set(hand_report["by_type"]["choice"]) == {"questions", "errors_by_code", *metrics.METRICS, "reliability"}
+
+
+def test_a_question_id_asked_as_two_types_is_named_with_its_type(hand_report):
+    # HAND asks `q` as a choice, a noul and a score question.
+    assert list(hand_report["by_question"]) == ["q (choice)", "q (noul)", "q (score)"]
+    assert hand_report["by_question"]["q (choice)"]["ece"]["value"] == pytest.approx(0.7, abs=1e-6)
+    assert hand_report["by_question"]["q (noul)"]["qid"] == "q"
+
+
+def test_failed_requests_are_counted_per_question_too():
+    from jevany_client.eval.results import error_record
+    lines = [line for line, _ in TWO_CHOICES] + [
+        {"state": 2, "questions": {"refund": NOUL, "team": CHOICE}, "labels": {"refund": True, "team": "c"}}]
+    items = suite_items(lines)
+    records = answered(items[:2], [p for _, p in TWO_CHOICES])
+    records[2] = error_record(items[2], "invalid_request", "refused")
+    report = build_report(items, records)
+    assert report["by_question"]["team"]["errors_by_code"] == {"invalid_request": 1}
+    assert report["by_question"]["priority"]["errors_by_code"] == {}
+    refund = report["by_question"]["refund"]
+    assert (refund["questions"], refund["type"], refund["accuracy"]["value"]) == (0, "noul", None)
+    assert refund["errors_by_code"] == {"invalid_request": 1}
+
+
+def test_the_summary_lists_the_questions_of_a_type_that_has_several():
+    from jevany_client.eval.report import summary
+    lines = summary(two_choices_report()).splitlines()
+    assert [line.split()[0] for line in lines[2:7]] == ["questions", "overall", "choice", "priority", "team"]
+    assert lines[5].startswith("  priority ") and lines[6].startswith("  team ")
+    assert "0.500 [0.000, 1.000]" in lines[6]
+
+
+def test_a_type_with_one_question_gets_no_repeated_row(hand_report):
+    from jevany_client.eval.report import summary
+    rows = summary(hand_report).splitlines()[3:]
+    assert [row.split()[0] for row in rows[:4]] == ["overall", "choice", "noul", "score"]
+    assert not any(row.startswith("  ") for row in rows)

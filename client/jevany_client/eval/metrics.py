@@ -185,3 +185,28 @@ def by_type(scored: Iterable[Scored]) -> dict[str, list[Scored]]:
         if members:
             groups[qtype] = members
     return groups
+
+
+def question_key(qid: str, qtype: str, ambiguous: set[str]) -> str:
+    """A question's name in by_question: its id, or 'id (type)' when the suite asks that id as two types."""
+    return f"{qid} ({qtype})" if qid in ambiguous else qid
+
+
+def ambiguous_ids(pairs: Iterable[tuple[str, str]]) -> set[str]:
+    """The question ids that come with more than one type among (qid, type) pairs."""
+    types: dict[str, set[str]] = {}
+    for qid, qtype in pairs:
+        types.setdefault(qid, set()).add(qtype)
+    return {qid for qid, seen in types.items() if len(seen) > 1}
+
+
+def by_question(scored: Iterable[Scored], ambiguous: set[str] = frozenset()) -> dict[str, list[Scored]]:
+    """Each question id present (named by question_key), sorted by type then id.
+
+    The starter suite's `team` and `priority` are both choice questions: by_type merges
+    them, this keeps them apart.
+    """
+    groups: dict[tuple[str, str], list[Scored]] = {}
+    for s in scored:
+        groups.setdefault((s.type, s.qid), []).append(s)
+    return {question_key(qid, qtype, ambiguous): groups[(qtype, qid)] for qtype, qid in sorted(groups)}

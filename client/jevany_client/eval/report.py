@@ -26,15 +26,28 @@ FORMAT = "jevany-eval report 1"
 def build_report(items: list[Item], records: dict[int, dict]) -> dict:
     scored = [s for item in items if item.index in records and is_ok(records[item.index])
               for s in metrics.score_item(item, records[item.index]["result"])]
+    ambiguous = metrics.ambiguous_ids((q.qid, q.type) for item in items for q in item.scored())
     groups = metrics.by_type(scored)
+    questions = metrics.by_question(scored, ambiguous)
     unit_of = {item.index: u for u, item in enumerate(items)}
     built = {name: metrics.Group(members, unit_of) for name, members in groups.items()}
-    intervals = metrics.bootstrap({name: group.metrics for name, group in built.items()}, len(items))
-    failed = _failed_questions(items, records)
+    per_question = {name: metrics.Group(members, unit_of) for name, members in questions.items()}
+    statistics = {name: group.metrics for name, group in built.items()}
+    statistics.update({("question", name): group.metrics for name, group in per_question.items()})
+    intervals = metrics.bootstrap(statistics, len(items))
+    failed, failed_questions = _failed_questions(items, records, ambiguous)
     sections = {name: _section(group, intervals[name], failed.get(name, Counter()))
                 for name, group in built.items()}
     for name, codes in failed.items():       # a type every answer of which failed
         sections.setdefault(name, _section(None, {}, codes))
+    by_question = {name: _section(group, intervals[("question", name)], failed_questions.get(name, Counter()))
+                   for name, group in per_question.items()}
+    for name, codes in failed_questions.items():
+        by_question.setdefault(name, _section(None, {}, codes))
+    kinds = {metrics.question_key(q.qid, q.type, ambiguous): (q.qid, q.type)
+             for item in items for q in item.scored()}
+    for name, section in by_question.items():
+        section["qid"], section["type"] = kinds[name]
     answered = sum(1 for r in records.values() if is_ok(r))
     report = {
         "format": FORMAT,
@@ -46,6 +59,7 @@ def build_report(items: list[Item], records: dict[int, dict]) -> dict:
                           if is_ok(r) and isinstance(r["result"].get("model"), str)}),
         "overall": sections.pop("overall"),
         "by_type": sections,
+        "by_question": dict(sorted(by_question.items(), key=lambda kv: (kv[1]["type"], kv[1]["qid"]))),
         "method": {
             "ece_bins": metrics.ECE_BINS,
             "nll_floor": metrics.P_FLOOR,
@@ -71,12 +85,14 @@ def _section(group: metrics.Group | None, intervals: dict, errors: Counter) -> d
     return section
 
 
-def _failed_questions(items: list[Item], records: dict[int, dict]) -> dict[str, Counter]:
-    """Error codes by the labelled questions they left unscored: 'overall' and per type.
+def _failed_questions(items: list[Item], records: dict[int, dict],
+                      ambiguous: set[str]) -> tuple[dict[str, Counter], dict[str, Counter]]:
+    """Error codes by the labelled questions they left unscored: ('overall' and per type, per question).
 
-    The 'overall' counter counts items (a request fails whole), the per-type ones questions.
+    The 'overall' counter counts items (a request fails whole), the others questions.
     """
     failed: dict[str, Counter] = {}
+    per_question: dict[str, Counter] = {}
     for item in items:
         record = records.get(item.index)
         if record is None or is_ok(record):
@@ -85,7 +101,9 @@ def _failed_questions(items: list[Item], records: dict[int, dict]) -> dict[str, 
         failed.setdefault("overall", Counter())[code] += 1
         for question in item.scored():
             failed.setdefault(question.type, Counter())[code] += 1
-    return failed
+            name = metrics.question_key(question.qid, question.type, ambiguous)
+            per_question.setdefault(name, Counter())[code] += 1
+    return failed, per_question
 
 
 def rounded(value: Any) -> Any:
@@ -120,12 +138,19 @@ def summary(report: dict) -> str:
     if report["models"]:
         lines.append("model: " + ", ".join(report["models"]))
     rows = [("", "questions", *metrics.METRICS)]
+    per_question = report.get("by_question", {})
     for name, section in [("overall", report["overall"]), *sorted(report["by_type"].items())]:
         rows.append((name, str(section["questions"]),
                      *(_cell(section[m]) for m in metrics.METRICS)))
+        asked = [(qname, q) for qname, q in per_question.items() if q["type"] == name]
+        if len(asked) > 1:                   # one question of a type: its row would repeat the type's
+            for qname, q in asked:
+                rows.append((f"  {qname}", str(q["questions"]), *(_cell(q[m]) for m in metrics.METRICS)))
     lines.append(_table(rows))
     lines.append("values with 95% bootstrap intervals; ECE over "
-                 f"{report['method']['ece_bins']} confidence bins")
+                 f"{report['method']['ece_bins']} confidence bins"
+                 + ("; indented rows: each question id of a type" if any(
+                     r[0].startswith("  ") for r in rows) else ""))
     errors = report["overall"]["errors_by_code"]
     if errors:
         lines.append("errors by code: " + ", ".join(f"{code} {n}" for code, n in errors.items()))
