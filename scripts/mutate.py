@@ -349,6 +349,31 @@ def forget_bytecode(path: Path) -> None:
         cached.unlink(missing_ok=True)
 
 
+def problems(mutation: Mutation) -> list[str]:
+    """What makes an entry stale: its line not found exactly once, a no-op mutant, a test path gone."""
+    found = []
+    path = ROOT / mutation.path
+    if not path.is_file():
+        found.append(f"{mutation.path} does not exist")
+    else:
+        count = path.read_text().count(mutation.before)
+        if count != 1:
+            found.append(f"the line to mutate occurs {count} times in {mutation.path}, not once")
+    if mutation.after == mutation.before:
+        found.append("the mutated line is the original")
+    for test in mutation.tests:
+        if not (ROOT / test.split("::")[0]).is_file():
+            found.append(f"no test file {test.split('::')[0]}")
+    return found
+
+
+def check_all(mutations) -> None:
+    """Every stale entry named at once (not only the first), before anything runs."""
+    stale = [f"  {mu.name}: {'; '.join(found)}" for mu in mutations if (found := problems(mu))]
+    if stale:
+        raise SystemExit(f"{len(stale)} stale mutation(s); update scripts/mutate.py:\n" + "\n".join(stale))
+
+
 def check(mutation: Mutation) -> str:
     """The file's text, once it is known to hold the line to mutate exactly once."""
     original = (ROOT / mutation.path).read_text()
@@ -383,8 +408,7 @@ def main(argv=None) -> int:
                         help="skip running each test selection unmutated first")
     args = parser.parse_args(argv)
     chosen = [mu for mu in MUTATIONS if not args.only or any(w in mu.name for w in args.only)]
-    for mu in chosen:
-        check(mu)
+    check_all(chosen)
     if args.list:
         for mu in chosen:
             print(f"{mu.name}  [{mu.path}; {' '.join(mu.tests)}]")
