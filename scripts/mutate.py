@@ -21,10 +21,12 @@ made something hang) and is reported apart. Prints each outcome, the score
 --require (default 0.95), else 1.
 
 Not part of `make test`: it runs the covering tests once per mutation, one
-child at a time (79 mutations: about 16 minutes on two cores).
+child at a time (81 mutations: about 16 minutes on two cores; tests/test_mutations_list.py
+holds this count to len(MUTATIONS)).
 """
 import argparse
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -306,7 +308,8 @@ MUTATIONS = [
       "*((k[1], e) for k, e in self._entries.items() if tenant is None or k[0] == tenant)]:", TENANTS),
     m("tenants: an entry without a tenant is everyone's", ENGINE + "prefix_cache.py",
       "        whole = self._entries.get((tenant, tokens)) or self._heads.get(tokens)",
-      "        whole = self._entries.get((tenant, tokens)) or self._entries.get((None, tokens)) or self._heads.get(tokens)",
+      "        whole = self._entries.get((tenant, tokens)) or self._entries.get((None, tokens))"
+      " or self._heads.get(tokens)",
       TENANTS),
     m("tenants: another tenant's exact state served whole", ENGINE + "prefix_cache.py",
       "        whole = self._entries.get((tenant, tokens)) or self._heads.get(tokens)",
@@ -360,7 +363,10 @@ def forget_bytecode(path: Path) -> None:
 
 
 def problems(mutation: Mutation) -> list[str]:
-    """What makes an entry stale: its line not found exactly once, a no-op mutant, a test path gone."""
+    """What makes an entry stale: its line not found exactly once, a no-op mutant, a test file or test gone.
+
+    Cheap (a text search per entry): tests/test_mutations_list.py runs it on every entry in `make test`.
+    """
     found = []
     path = ROOT / mutation.path
     if not path.is_file():
@@ -372,8 +378,11 @@ def problems(mutation: Mutation) -> list[str]:
     if mutation.after == mutation.before:
         found.append("the mutated line is the original")
     for test in mutation.tests:
-        if not (ROOT / test.split("::")[0]).is_file():
-            found.append(f"no test file {test.split('::')[0]}")
+        file, _, name = test.partition("::")
+        if not (ROOT / file).is_file():
+            found.append(f"no test file {file}")
+        elif name and not re.search(rf"^(async )?def {re.escape(name)}\(", (ROOT / file).read_text(), re.M):
+            found.append(f"no test {name} in {file}")
     return found
 
 
