@@ -393,3 +393,35 @@ def test_a_native_blend_needs_the_choice_readout_and_a_checkpoint(tmp_path):
     (tmp_path / "head.pt").write_bytes(b"")
     assert resolve({"choice_native_weight": 0.5, "readout": "choice", "model": str(tmp_path)}, None,
                    env={}).engine.choice_native_weight == 0.5
+
+
+def test_a_list_flag_left_empty_leaves_the_variable_and_the_file_their_say(tmp_path):
+    # The command line gives a repeatable flag that was not used as () (or []), not None: it must
+    # count as not given, or every start would drop the JEVANY_BIND and TOML endpoints for the default.
+    toml = tmp_path / "jevany.toml"
+    toml.write_text('bind = ["ipc:///tmp/from-file.sock"]\n')
+    env = {"JEVANY_BIND": "ipc:///tmp/from-env-a.sock, ipc:///tmp/from-env-b.sock"}
+    assert resolve({"bind": ()}, toml, env={}).endpoints == ("ipc:///tmp/from-file.sock",)
+    assert resolve({"bind": ()}, toml, env=env).endpoints == ("ipc:///tmp/from-env-a.sock",
+                                                              "ipc:///tmp/from-env-b.sock")
+    assert resolve({"bind": ()}, None, env=env).endpoints == ("ipc:///tmp/from-env-a.sock",
+                                                              "ipc:///tmp/from-env-b.sock")
+    assert resolve({"bind": ("ipc:///tmp/flag.sock",)}, toml, env=env).endpoints == ("ipc:///tmp/flag.sock",)
+
+
+@pytest.mark.parametrize("flags,env,message", [
+    ({"bind": ("tcp://0.0.0.0:5555",)}, {}, "without CurveZMQ"),
+    ({}, {"JEVANY_BIND": "tcp://10.1.2.3:5555"}, "without CurveZMQ"),
+    ({"bind": ("tcp://127.0.0.1:5555", "tcp://0.0.0.0:5556")}, {}, "tcp://0.0.0.0:5556 is reachable"),
+    ({"http": "0.0.0.0:8008"}, {}, "reachable from the network without a token"),
+    ({}, {"JEVANY_HTTP": "10.1.2.3:8008"}, "reachable from the network without a token"),
+    ({"metrics_port": 9100, "metrics_host": "0.0.0.0"}, {}, "--insecure"),
+])
+def test_an_exposed_address_needs_its_override_and_is_taken_with_it(tmp_path, flags, env, message):
+    with pytest.raises(SettingsError, match=message):
+        resolve(flags, None, env=env)
+    assert resolve({**flags, "insecure": True}, None, env=env).insecure
+    if "http" in flags or "JEVANY_HTTP" in env:
+        token = tmp_path / "token"
+        token.write_text("secret\n")
+        assert not resolve({**flags, "http_token_file": str(token)}, None, env=env).insecure
