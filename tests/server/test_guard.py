@@ -1,0 +1,83 @@
+"""The HTTP gateway's guard and CORS, in process: no daemon, no model, no socket (httpx's ASGI transport)."""
+import asyncio
+import json
+
+import httpx
+
+from jevany_daemon.asgi import create_app
+from jevany_daemon.gateway.guard import BODY_BUDGET_MESSAGES, CLIENT_SHARE_MESSAGES, RequestGuard
+from jevany_daemon.gateway.paths import BULK_PATH, SYSTEMONE_PATH
+
+TOKEN = "s3cret"
+
+
+async def _echo(scope, receive, send):
+    """An app behind the guard: reads the body it is given and answers 200 with its length."""
+    size = 0
+    while scope["type"] == "http":
+        message = await receive()
+        size += len(message.get("body", b""))
+        if not message.get("more_body", False):
+            break
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"application/json")]})
+    await send({"type": "http.response.body", "body": json.dumps({"size": size}).encode()})
+
+
+def _call(app, requests):
+    """Each (method, path, headers, body) sent to app in turn; their (status, headers)."""
+    async def go():
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
+            return [(r.status_code, r.headers) for r in
+                    [await client.request(method, path, headers=headers, content=body)
+                     for method, path, headers, body in requests]]
+    return asyncio.run(go())
+
+
+def test_the_bearer_scheme_is_matched_whatever_its_case_the_token_exactly():
+    # RFC 7235 2.1 and RFC 6750: an auth scheme is case-insensitive; the token itself is not.
+    guard = RequestGuard(_echo, token=TOKEN, max_body_bytes=1000)
+    body = b'{"a": 1}'
+    statuses = [status for status, _ in _call(guard, [
+        ("POST", SYSTEMONE_PATH, {"Authorization": auth, "Content-Type": "application/json"}, body)
+        for auth in ("Bearer s3cret", "bearer s3cret", "BEARER s3cret", "bEaReR s3cret",
+                     "Bearer S3CRET", "Basic s3cret", "s3cret", "Bearer", "Bearer s3cret2")])]
+    assert statuses == [200, 200, 200, 200, 401, 401, 401, 401, 401]
+
+
+def test_every_request_gives_back_what_its_body_held():
+    # Each body takes most of a --max-message-bytes; with one forgotten, one client's share (and then the
+    # budget) would be spent after a few requests and every later body refused 429 for good.
+    guard = RequestGuard(_echo, token=TOKEN, max_body_bytes=1000)
+    auth = {"Authorization": "Bearer s3cret"}
+    json_type = {**auth, "Content-Type": "application/json"}
+    body = b'{"pad": "' + b"x" * 900 + b'"}'
+    rounds = 3 * BODY_BUDGET_MESSAGES * CLIENT_SHARE_MESSAGES
+    requests = [("POST", SYSTEMONE_PATH, json_type, body)] * rounds
+    requests += [("POST", SYSTEMONE_PATH, {**auth, "Content-Type": "text/plain"}, body)] * rounds   # 422, read first
+    requests += [("POST", SYSTEMONE_PATH, auth, body)] * rounds                                   # no type: read as JSON
+    requests += [("POST", BULK_PATH, json_type, body)] * rounds                                   # reserved while it runs
+    requests += [("POST", SYSTEMONE_PATH, json_type, body)]
+    replies = [status for status, _ in _call(guard, requests)]
+    assert replies == [200] * rounds + [422] * rounds + [200] * (2 * rounds) + [200]
+    assert (guard.holding, guard.by_client) == (0, {})
+
+
+def _preflight(origin: str):
+    return ("OPTIONS", SYSTEMONE_PATH, {"Origin": origin, "Access-Control-Request-Method": "POST",
+                                        "Access-Control-Request-Headers": "authorization,content-type"}, b"")
+
+
+def test_cors_origins_narrowed_answer_only_the_origins_listed():
+    app = create_app(model=object(), token=TOKEN, cors_origins="https://app.example, https://b.example:8443")
+    listed, other = "https://app.example", "https://evil.example"
+    replies = _call(app, [_preflight(listed), _preflight("https://b.example:8443"), _preflight(other),
+                          ("POST", SYSTEMONE_PATH, {"Origin": listed}, b"{}"),
+                          ("POST", SYSTEMONE_PATH, {"Origin": other}, b"{}")])
+    allowed = [headers.get("access-control-allow-origin") for _, headers in replies]
+    assert allowed == [listed, "https://b.example:8443", None, listed, None]
+    assert [status for status, _ in replies[3:]] == [401, 401]      # the guard's refusal, inside CORS
+    # '' is none at all; the default, '*', every origin (JevAny's).
+    none = _call(create_app(model=object(), cors_origins=""), [_preflight(listed), _preflight(other)])
+    assert [headers.get("access-control-allow-origin") for _, headers in none] == [None, None]
+    every = _call(create_app(model=object()), [_preflight(other)])
+    assert every[0][1].get("access-control-allow-origin") in ("*", other)
