@@ -106,3 +106,36 @@ def test_the_help_of_jevany_eval_names_its_merge_command_and_what_it_does():
     description = " ".join(text.split("Arguments:")[0].split())     # above the options: not only --shard's help
     assert "jevany-eval merge SUITE.jsonl RESULTS.jsonl... --out MERGED.jsonl joins the results files" in description
     assert "`jevany-eval merge --help`" in description
+
+
+def answer_line(item, urgent: float = 0.7, model: str = "m", latency_ms: float = 12.0) -> str:
+    """An answered item's line, as a run writes it."""
+    from jevany_client.answers import shape_answer
+    from jevany_client.eval.results import answer_record, record_line
+
+    given = {"urgent": [1 - urgent, urgent], "action": [0.4, 0.6]}
+    answers = {q.qid: shape_answer(q, given[q.qid]) for q in item.request.questions}
+    record = answer_record(item, {"model": model, "answers": answers, "latency_ms": latency_ms})
+    assert "result" in record
+    return record_line(record).decode()
+
+
+def test_merge_writes_interleaved_shards_in_suite_order_and_a_duplicate_must_answer_alike(suite, tmp_path):
+    items = read_suite(str(suite))
+    a, b, out = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "merged.jsonl"
+    # Shards interleave (each holds every other state), and a resumed shard's file is not in index order.
+    a.write_text("".join(answer_line(i) for i in reversed(items) if i.index % 2 == 0))
+    b.write_text("".join(answer_line(i, latency_ms=30.0 + i.index) for i in items if i.index % 2 == 1)
+                 + answer_line(items[4], latency_ms=99.0))         # 4 again: the same answer, slower
+    result = CliRunner().invoke(merge_app, [str(suite), str(b), str(a), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    merged = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["index"] for r in merged] == list(range(24))
+    assert merged[4]["result"]["latency_ms"] == 99.0                  # the first file named gives the record
+    # Another answer, another model, or an error where the other file answered: they disagree.
+    for other in (answer_line(items[4], urgent=0.2), answer_line(items[4], model="m2"), error_line(items[4], "internal")):
+        b.write_text(other)
+        out.unlink(missing_ok=True)
+        result = CliRunner().invoke(merge_app, [str(suite), str(a), str(b), "--out", str(out)])
+        assert result.exit_code == 2 and "index 4 has different outcomes" in result.output, (other, result.output)
+        assert not out.exists()
