@@ -21,7 +21,7 @@ made something hang) and is reported apart. Prints each outcome, the score
 --require (default 0.95), else 1.
 
 Not part of `make test`: it runs the covering tests once per mutation, one
-child at a time (81 mutations: about 16 minutes on two cores; tests/test_mutations_list.py
+child at a time (94 mutations: about 16 minutes on two cores; tests/test_mutations_list.py
 holds this count to len(MUTATIONS)).
 """
 import argparse
@@ -324,6 +324,55 @@ MUTATIONS = [
     m("tenants: a tenant's state replaces the shared head", ENGINE + "prefix_cache.py",
       "        if not self.eligible(tokens) or tokens in self._heads:    # the head is everyone's already",
       "        if not self.eligible(tokens):    # the head is everyone's already", TENANTS),
+    # --- settings, gateway, async client, eval merge (added) -------------------------------
+    m("settings: an empty list flag overrides the variable and the file", SERVER + "settings.py",
+      "    given = {k: v for k, v in flags.items() if v is not None and v != ()}",
+      "    given = {k: v for k, v in flags.items() if v is not None}",
+      "tests/server/test_settings.py::test_a_list_flag_left_empty_leaves_the_variable_and_the_file_their_say"),
+    m("settings: the TOML file beats the environment", SERVER + "settings.py",
+      "    merged = {**toml, **environment, **given}", "    merged = {**environment, **toml, **given}",
+      "tests/server/test_settings.py::test_a_list_flag_left_empty_leaves_the_variable_and_the_file_their_say"),
+    m("settings: only the first --bind is checked for exposure", SERVER + "validation.py",
+      "    exposed = [e for e in endpoints if not is_loopback(e)]",
+      "    exposed = [e for e in endpoints[:1] if not is_loopback(e)]",
+      "tests/server/test_settings.py::test_an_exposed_address_needs_its_override_and_is_taken_with_it"),
+    m("settings: a non-loopback --http accepted without a token or --insecure", SERVER + "validation.py",
+      '    elif not is_loopback(f"tcp://{host}:{port}") and not s.insecure:',
+      "    elif not is_loopback(s.http) and not s.insecure:",
+      "tests/server/test_settings.py::test_an_exposed_address_needs_its_override_and_is_taken_with_it"),
+    m("settings: exposed metrics accepted without --insecure", SERVER + "validation.py",
+      "    if s.metrics_port is not None and not address.is_loopback and not s.insecure:",
+      "    if s.metrics_port is None and not address.is_loopback and not s.insecure:",
+      "tests/server/test_settings.py::test_an_exposed_address_needs_its_override_and_is_taken_with_it"),
+    m("gateway: the bearer scheme matched case-sensitively", "jevany_daemon/gateway/guard.py",
+      '        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())',
+      '        return scheme == "Bearer" and hmac.compare_digest(given.strip().encode(), self.token.encode())',
+      "tests/server/test_guard.py::test_the_bearer_scheme_is_matched_whatever_its_case_the_token_exactly"),
+    m("gateway: a request's release gives back nothing of its body's hold", "jevany_daemon/gateway/guard.py",
+      "        self._give(self.size)", "        self._give(0)",
+      "tests/server/test_guard.py::test_every_request_gives_back_what_its_body_held"),
+    m("gateway: CORS answers every origin whatever --http-cors-origins says", "jevany_daemon/gateway/app.py",
+      '        app.add_middleware(CORSMiddleware, allow_origins=origins, allow_methods=["*"], allow_headers=["*"],',
+      '        app.add_middleware(CORSMiddleware, allow_origins=["*"], allow_methods=["*"], allow_headers=["*"],',
+      "tests/server/test_guard.py::test_cors_origins_narrowed_answer_only_the_origins_listed"),
+    m("backlog: a new request jumps the queued ones (AsyncJevClient)", CLIENT + "async_client.py",
+      "        if not self._backlog and self._send_now(rid, entry):", "        if self._send_now(rid, entry):",
+      "tests/client/test_async_backlog.py"),
+    m("backlog: queued requests sent last first (AsyncJevClient)", CLIENT + "async_client.py",
+      "        self._backlog.append((rid, entry, waiter))", "        self._backlog.appendleft((rid, entry, waiter))",
+      "tests/client/test_async_backlog.py"),
+    m("eval merge: records written in the order the files gave them", CLIENT + "eval/merge.py",
+      '    _write_atomically(out, b"".join(record_line(merged[i]) for i in sorted(merged)))',
+      '    _write_atomically(out, b"".join(record_line(merged[i]) for i in merged))',
+      "tests/client/test_eval_shards.py::test_merge_writes_interleaved_shards_in_suite_order_and_a_duplicate_must_answer_alike"),
+    m("eval merge: duplicates with other answers count as alike", CLIENT + "eval/merge.py",
+      '        return ("result", record["result"].get("model"), record["result"].get("answers"))',
+      '        return ("result", record["result"].get("model"))',
+      "tests/client/test_eval_shards.py::test_merge_writes_interleaved_shards_in_suite_order_and_a_duplicate_must_answer_alike"),
+    m("eval merge: a duplicate's latency makes it disagree", CLIENT + "eval/merge.py",
+      '        return ("result", record["result"].get("model"), record["result"].get("answers"))',
+      '        return ("result", record["result"])',
+      "tests/client/test_eval_shards.py::test_merge_writes_interleaved_shards_in_suite_order_and_a_duplicate_must_answer_alike"),
 ]
 
 
