@@ -21,7 +21,7 @@ made something hang) and is reported apart. Prints each outcome, the score
 --require (default 0.95), else 1.
 
 Not part of `make test`: it runs the covering tests once per mutation, one
-child at a time (94 mutations: about 16 minutes on two cores; tests/test_mutations_list.py
+child at a time (97 mutations: about 16 minutes on two cores; tests/test_mutations_list.py
 holds this count to len(MUTATIONS)).
 """
 import argparse
@@ -65,6 +65,7 @@ ROUTING = "tests/client/test_routing.py"
 FLEET_ROUTING = "tests/client/test_fleet_routing.py"
 HOSTILE_PAYLOADS = "tests/client/test_hostile_payloads.py"
 HOSTILE_MEDIA = "tests/media/test_hostile_media.py"
+DISPATCH = "tests/server/test_dispatch.py"
 TENANTS = "tests/engine/test_prefix_cache.py::test_a_tenants_entries_are_its_own_the_head_is_everyones"
 MUTATIONS = [
     # --- the answer self-check ----------------------------------------------------------
@@ -115,6 +116,16 @@ MUTATIONS = [
       "        deadline = None if request.timeout_ms is None else received + request.timeout_ms / 1000",
       "        deadline = None if request.timeout_ms is None else received + request.timeout_ms / 100",
       "tests/server/test_promises_requests.py::test_deadline_exceeded_comes_once_timeout_ms_has_passed_and_soon_after"),
+    # --- supervisor dispatch, signals, descriptors, worker media (added) ---
+    m("dispatch: a busy worker waits for more than a full pass", SERVER + "supervisor.py",
+      "            elif not (worker.can_prefetch and len(self.queue) >= full):",
+      "            elif not (worker.can_prefetch and len(self.queue) > full):", DISPATCH),
+    m("dispatch: a busy worker handed half a pass", SERVER + "supervisor.py",
+      "            elif not (worker.can_prefetch and len(self.queue) >= full):",
+      "            elif not (worker.can_prefetch and len(self.queue) >= full // 2):", DISPATCH),
+    m("dispatch: a busy worker that cannot prefetch handed a pass", SERVER + "supervisor.py",
+      "            elif not (worker.can_prefetch and len(self.queue) >= full):",
+      "            elif not (len(self.queue) >= full):", DISPATCH),
     # --- the client's retries (calls.py, client.py, async_client.py) ---------------------
     m("retries: the deadline guard forgets the pause", CLIENT + "calls.py",
       "            if deadline is not None and time.monotonic() + pause >= deadline:",
