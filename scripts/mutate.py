@@ -21,7 +21,7 @@ made something hang) and is reported apart. Prints each outcome, the score
 --require (default 0.95), else 1.
 
 Not part of `make test`: it runs the covering tests once per mutation, one
-child at a time (97 mutations: about 16 minutes on two cores; tests/test_mutations_list.py
+child at a time (100 mutations: about 16 minutes on two cores; tests/test_mutations_list.py
 holds this count to len(MUTATIONS)).
 """
 import argparse
@@ -66,6 +66,10 @@ FLEET_ROUTING = "tests/client/test_fleet_routing.py"
 HOSTILE_PAYLOADS = "tests/client/test_hostile_payloads.py"
 HOSTILE_MEDIA = "tests/media/test_hostile_media.py"
 DISPATCH = "tests/server/test_dispatch.py"
+WORKER_MEDIA = tuple(f"{WORKER_LOOP}::test_{name}" for name in (
+    "a_media_requests_private_copies_are_closed_once_it_is_answered",
+    "private_copies_are_closed_when_the_engine_refuses_the_request",
+    "private_copies_made_before_a_file_that_changed_are_closed"))
 TENANTS = "tests/engine/test_prefix_cache.py::test_a_tenants_entries_are_its_own_the_head_is_everyones"
 MUTATIONS = [
     # --- the answer self-check ----------------------------------------------------------
@@ -126,6 +130,13 @@ MUTATIONS = [
     m("dispatch: a busy worker that cannot prefetch handed a pass", SERVER + "supervisor.py",
       "            elif not (worker.can_prefetch and len(self.queue) >= full):",
       "            elif not (len(self.queue) >= full):", DISPATCH),
+    m("worker media: an answered request's private copies left open", WORKER + "loop.py",
+      "        record.copies.close()\n        return _wire(record.tag, outcome)",
+      "        return _wire(record.tag, outcome)", *WORKER_MEDIA),
+    m("worker media: a request the engine refused keeps its private copies", WORKER + "loop.py",
+      "                record.copies.close()", "                pass", *WORKER_MEDIA),
+    m("worker media: copies made before a changed file kept", WORKER + "loop.py",
+      "                mine.close()", "                pass", *WORKER_MEDIA),
     # --- the client's retries (calls.py, client.py, async_client.py) ---------------------
     m("retries: the deadline guard forgets the pause", CLIENT + "calls.py",
       "            if deadline is not None and time.monotonic() + pause >= deadline:",

@@ -4,12 +4,15 @@ A fake socket plays the supervisor: it holds the messages the worker will
 read (and may add more when the first pass is launched, as a hand-over that
 arrives while the device runs) and records what the worker sends.
 """
+import hashlib
+import os
 import time
 from collections import deque
 
 import torch
 import zmq
 
+from jevany_client.errors import InvalidRequestError
 from jevany_client.protocol import encode_request
 
 from jevany_daemon import workloads
@@ -17,6 +20,8 @@ from jevany_daemon.config import EngineConfig
 from jevany_daemon.engine.engine import Engine
 from jevany_daemon.engine.stream import make_stream
 from jevany_daemon import channel
+from jevany_daemon.media.files import PrivateCopies
+from jevany_daemon.worker import loop as loop_module
 from jevany_daemon.worker.loop import WorkerLoop
 
 
@@ -248,3 +253,86 @@ def test_each_requests_tenant_reaches_the_engine(loaded_model):
     assert sorted(tag for _, answers, _ in supervisor.answers() for tag, ok, _ in answers if ok) == [0, 1, 2]
     assert seen == ["a" * 32, None, None]
     assert keyed == seen
+
+
+# --- media: the worker's private copies live only until the request is answered ---------------
+
+def _media_run(loaded_model, tmp_path, monkeypatch, media_of, admit_error=None):
+    """Run the loop on one request per entry of media_of (its [[type, path, [size, sha256]]...]) and
+    return every PrivateCopies the worker made. The text model scores the request without its media
+    (stripped on the way into the engine); admit_error: tags the engine refuses at admission."""
+    made = []
+
+    class Recorded(PrivateCopies):
+        def __init__(self):
+            super().__init__()
+            self.opened = []
+            made.append(self)
+
+        def add(self, data):
+            uri = super().add(data)
+            self.opened.append(self.fds[-1])
+            return uri
+
+    monkeypatch.setattr(loop_module, "PrivateCopies", Recorded)
+    engine = Engine(loaded_model("qwen3", "pointer"), EngineConfig(max_batch_size=8, batch_policy="greedy"))
+    admit_many = engine.admit_many
+
+    def admit(bodies, origins, tenants):
+        out = admit_many([{k: v for k, v in b.items() if k != "media"} for b in bodies], origins, tenants)
+        return [refused if i in (admit_error or ()) else a for i, a in enumerate(out)]
+
+    refused = InvalidRequestError("refused at admission")
+    engine.admit_many = admit
+    data = b"\x89PNG not really, but bytes the checker checked"
+    good = tmp_path / "a.png"
+    good.write_bytes(data)
+    stamp = [len(data), hashlib.sha256(data).hexdigest()]
+    bodies = workloads.short(len(media_of), seed=5)
+    hand_over = [item[:3] + [media(str(good), stamp)] for item, media in zip(items(bodies), media_of)]
+    supervisor = FakeSupervisor((channel.BATCH, hand_over, 1), (channel.STOP,))
+    run(engine, supervisor)
+    outcomes = {tag: ok for _, answers, _ in supervisor.answers() for tag, ok, _ in answers}
+    return made, outcomes
+
+
+def _media_fds() -> int:
+    """This process's open private copies (memfds named jevany-media), whatever their numbers."""
+    count = 0
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            count += "jevany-media" in os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            pass
+    return count
+
+
+def test_a_media_requests_private_copies_are_closed_once_it_is_answered(loaded_model, tmp_path, monkeypatch):
+    two = lambda path, stamp: [["image", path, stamp], ["image", path, stamp]]
+    before = _media_fds()
+    made, outcomes = _media_run(loaded_model, tmp_path, monkeypatch, [two, two, lambda p, s: None])
+    assert outcomes == {0: True, 1: True, 2: True}
+    opened = [fd for copies in made for fd in copies.opened]
+    assert len(opened) == 4                                    # one memfd per media file of each request
+    assert all(not copies.fds for copies in made)
+    assert _media_fds() == before                              # else one descriptor leaks per media file
+
+
+def test_private_copies_are_closed_when_the_engine_refuses_the_request(loaded_model, tmp_path, monkeypatch):
+    one = lambda path, stamp: [["image", path, stamp]]
+    before = _media_fds()
+    made, outcomes = _media_run(loaded_model, tmp_path, monkeypatch, [one, one], admit_error={0})
+    assert outcomes == {0: False, 1: True}
+    opened = [fd for copies in made for fd in copies.opened]
+    assert len(opened) == 2 and _media_fds() == before
+
+
+def test_private_copies_made_before_a_file_that_changed_are_closed(loaded_model, tmp_path, monkeypatch):
+    # The first file reads as checked, the second does not: the request is refused, and the copy
+    # already made of the first is not kept.
+    changed = lambda path, stamp: [["image", path, stamp], ["image", path, [stamp[0], "0" * 64]]]
+    before = _media_fds()
+    made, outcomes = _media_run(loaded_model, tmp_path, monkeypatch, [changed])
+    assert outcomes == {0: False}
+    opened = [fd for copies in made for fd in copies.opened]
+    assert len(opened) == 1 and _media_fds() == before
