@@ -21,7 +21,7 @@ made something hang) and is reported apart. Prints each outcome, the score
 --require (default 0.95), else 1.
 
 Not part of `make test`: it runs the covering tests once per mutation, one
-child at a time (100 mutations: about 16 minutes on two cores; tests/test_mutations_list.py
+child at a time (103 mutations: about 16 minutes on two cores; tests/test_mutations_list.py
 holds this count to len(MUTATIONS)).
 """
 import argparse
@@ -70,6 +70,7 @@ WORKER_MEDIA = tuple(f"{WORKER_LOOP}::test_{name}" for name in (
     "a_media_requests_private_copies_are_closed_once_it_is_answered",
     "private_copies_are_closed_when_the_engine_refuses_the_request",
     "private_copies_made_before_a_file_that_changed_are_closed"))
+FD_GUARD = "tests/server/test_fd_guard.py"
 TENANTS = "tests/engine/test_prefix_cache.py::test_a_tenants_entries_are_its_own_the_head_is_everyones"
 MUTATIONS = [
     # --- the answer self-check ----------------------------------------------------------
@@ -137,6 +138,13 @@ MUTATIONS = [
       "                record.copies.close()", "                pass", *WORKER_MEDIA),
     m("worker media: copies made before a changed file kept", WORKER + "loop.py",
       "                mine.close()", "                pass", *WORKER_MEDIA),
+    m("fd guard: a silent client holding a request shed", SERVER + "peers.py",
+      "        open_ = [c for c in self.conns.values() if not c.closing and c.fd not in busy]",
+      "        open_ = [c for c in self.conns.values() if not c.closing]", FD_GUARD),
+    m("fd guard: the most recently heard idle clients shed first", SERVER + "peers.py",
+      "c.seen >= quiet_s), key=lambda c: c.seen)", "c.seen >= quiet_s), key=lambda c: -c.seen)", FD_GUARD),
+    m("fd guard: mute connections not counted toward those shed", SERVER + "peers.py",
+      "        return mute + quiet[:max(0, n - len(mute))]", "        return mute + quiet[:n]", FD_GUARD),
     # --- the client's retries (calls.py, client.py, async_client.py) ---------------------
     m("retries: the deadline guard forgets the pause", CLIENT + "calls.py",
       "            if deadline is not None and time.monotonic() + pause >= deadline:",
