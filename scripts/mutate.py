@@ -21,7 +21,7 @@ made something hang) and is reported apart. Prints each outcome, the score
 --require (default 0.95), else 1.
 
 Not part of `make test`: it runs the covering tests once per mutation, one
-child at a time (103 mutations: about 16 minutes on two cores; tests/test_mutations_list.py
+child at a time (105 mutations: about 16 minutes on two cores; tests/test_mutations_list.py
 holds this count to len(MUTATIONS)).
 """
 import argparse
@@ -71,6 +71,8 @@ WORKER_MEDIA = tuple(f"{WORKER_LOOP}::test_{name}" for name in (
     "private_copies_are_closed_when_the_engine_refuses_the_request",
     "private_copies_made_before_a_file_that_changed_are_closed"))
 FD_GUARD = "tests/server/test_fd_guard.py"
+GATHER_STAGGERED = (GATHER + "::test_clients_answered_at_different_times_are_waited_for_until_the_last_is_back"
+                    "_or_its_window_ends")
 TENANTS = "tests/engine/test_prefix_cache.py::test_a_tenants_entries_are_its_own_the_head_is_everyones"
 MUTATIONS = [
     # --- the answer self-check ----------------------------------------------------------
@@ -145,6 +147,11 @@ MUTATIONS = [
       "c.seen >= quiet_s), key=lambda c: c.seen)", "c.seen >= quiet_s), key=lambda c: -c.seen)", FD_GUARD),
     m("fd guard: mute connections not counted toward those shed", SERVER + "peers.py",
       "        return mute + quiet[:max(0, n - len(mute))]", "        return mute + quiet[:n]", FD_GUARD),
+    m("gather: the hold counted from the first answer, not the last", SERVER + "gather.py",
+      "                last = at if last is None else max(last, at)",
+      "                last = at if last is None else min(last, at)", GATHER_STAGGERED),
+    m("gather: a client waited for past its own window", SERVER + "gather.py",
+      "            if now - at > wait:", "            if now - at > 2 * wait:", GATHER_STAGGERED),
     # --- the client's retries (calls.py, client.py, async_client.py) ---------------------
     m("retries: the deadline guard forgets the pause", CLIENT + "calls.py",
       "            if deadline is not None and time.monotonic() + pause >= deadline:",

@@ -205,3 +205,28 @@ def test_a_cost_that_falls_with_size_counts_as_flat_never_above_what_a_pass_cost
     for size, ms in {1: 42.0, 8: 41.0, 32: 40.0}.items():   # noise: bigger passes measured cheaper
         noisy.record(size, ms / 1000)
     assert noisy.fixed_s() == pytest.approx(0.041)           # the mean cost, not more than any pass
+
+
+def test_clients_answered_at_different_times_are_waited_for_until_the_last_is_back_or_its_window_ends():
+    """Replies go out over a few turns: the hold lasts a window from the latest answer, each client
+    is waited for only within its own window, and it ends the moment every one of them is back."""
+    clients = [("late", i) for i in range(3)]
+    g = came_back(returning(flat(Gather())), clients)
+    for i, client in enumerate(clients):                   # answered at 5.000, 5.001, 5.002
+        g.answered(client, 5.0 + i * 0.001)
+    until = g.hold_until(queued=1, full=32, now=5.0025)
+    assert until == pytest.approx(5.002 + MAX_WAIT_S)       # from the last answer, not the first
+    g.arrived(clients[2], 5.003)                            # the last answered is back first
+    assert g.hold_until(queued=2, full=32, now=5.003) == pytest.approx(5.001 + MAX_WAIT_S)
+    g.arrived(clients[0], 5.0035)
+    assert g.hold_until(queued=3, full=32, now=5.0035) == pytest.approx(5.001 + MAX_WAIT_S)
+    g.arrived(clients[1], 5.004)                            # all back: no need to wait, though 3 < 32
+    assert g.hold_until(queued=4, full=32, now=5.004) is None
+
+    h = came_back(returning(flat(Gather())), clients)
+    for i, client in enumerate(clients):
+        h.answered(client, 5.0 + i * 0.001)
+    h.arrived(clients[2], 5.003)
+    # The first's window has passed, the second's not: held for the second alone, until its own bound.
+    assert h.hold_until(queued=1, full=32, now=5.0 + MAX_WAIT_S + 0.0005) == pytest.approx(5.001 + MAX_WAIT_S)
+    assert h.hold_until(queued=1, full=32, now=5.001 + MAX_WAIT_S + 0.0005) is None
