@@ -21,7 +21,7 @@ made something hang) and is reported apart. Prints each outcome, the score
 --require (default 0.95), else 1.
 
 Not part of `make test`: it runs the covering tests once per mutation, one
-child at a time (105 mutations: about 16 minutes on two cores; tests/test_mutations_list.py
+child at a time (108 mutations: about 16 minutes on two cores; tests/test_mutations_list.py
 holds this count to len(MUTATIONS)).
 """
 import argparse
@@ -73,6 +73,7 @@ WORKER_MEDIA = tuple(f"{WORKER_LOOP}::test_{name}" for name in (
 FD_GUARD = "tests/server/test_fd_guard.py"
 GATHER_STAGGERED = (GATHER + "::test_clients_answered_at_different_times_are_waited_for_until_the_last_is_back"
                     "_or_its_window_ends")
+SIGNALS = "tests/server/test_signals_after_drain.py"
 TENANTS = "tests/engine/test_prefix_cache.py::test_a_tenants_entries_are_its_own_the_head_is_everyones"
 MUTATIONS = [
     # --- the answer self-check ----------------------------------------------------------
@@ -152,6 +153,14 @@ MUTATIONS = [
       "                last = at if last is None else min(last, at)", GATHER_STAGGERED),
     m("gather: a client waited for past its own window", SERVER + "gather.py",
       "            if now - at > wait:", "            if now - at > 2 * wait:", GATHER_STAGGERED),
+    m("signals: a first SIGTERM after a drain op stops without waiting", SERVER + "supervisor.py",
+      "            if self.run_state.stopping:\n                self.run_state.stop_now()",
+      "            if self.run_state.winding_down:\n                self.run_state.stop_now()", SIGNALS),
+    m("signals: a second signal still waits for the queue", SERVER + "supervisor.py",
+      "                self.run_state.stop_now()     # a second signal", "                pass     # a second signal",
+      SIGNALS),
+    m("signals: a drain op after SIGTERM cancels the exit", SERVER + "run_state.py",
+      "        self._exiting = self._exiting or exiting", "        self._exiting = exiting", SIGNALS),
     # --- the client's retries (calls.py, client.py, async_client.py) ---------------------
     m("retries: the deadline guard forgets the pause", CLIENT + "calls.py",
       "            if deadline is not None and time.monotonic() + pause >= deadline:",
