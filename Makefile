@@ -31,7 +31,7 @@ test: install node-example
 
 # The mutation check (scripts/mutate.py): plausible one-line bugs planted one at a time, each run
 # against the tests that cover its module; prints the score and the survivors, exit 1 below 95%.
-# Not part of `make test`: one child pytest per mutation, about 15 minutes on two cores.
+# Not part of `make test`: one child pytest per mutation (its docstring says how long a run takes).
 # MUTATE_ARGS passes options on: make mutate MUTATE_ARGS="--only gather tenants".
 mutate: install
 	$(PY) scripts/mutate.py $(MUTATE_ARGS)
