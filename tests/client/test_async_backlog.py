@@ -25,7 +25,11 @@ def test_requests_made_while_the_socket_is_busy_go_out_in_the_order_they_were_ma
             return loop.create_task(client._deliver(rid, SimpleNamespace(future=loop.create_future())))
 
         first = [make(f"r{i}") for i in range(5)]
-        await asyncio.sleep(0.01)                   # all five queued behind the busy socket
+        async def queued(n):
+            while len(client._backlog) < n:
+                await asyncio.sleep(0)              # each task runs to its first wait: the loop's turn, no clock
+
+        await asyncio.wait_for(queued(5), 5)        # all five queued behind the busy socket
         assert sent == [] and [rid for rid, _, _ in client._backlog] == [f"r{i}" for i in range(5)]
         busy[0] = False
         later = [make(f"r{i}") for i in range(5, 8)]    # made before the flusher has looked again
