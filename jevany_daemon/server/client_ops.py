@@ -28,6 +28,7 @@ from jevany_daemon import channel
 
 from .peers import may_control
 from .request_queue import Entry
+from .status import serving_model
 from .worker_handle import STOPPING
 
 # A message up to this size is decoded and checked whole in the loop: about
@@ -145,7 +146,7 @@ class ClientOps:
         root is set; a plain causal LM is loaded for text alone without one, so its empty list says
         nothing of what it could take.
         """
-        model = next((w.model for w in self.pool.serving() if w.model), None)
+        model = serving_model(self.pool)
         if model is None:        # no worker has described the model yet
             return "media is disabled; the server operator must set --media-root (or JEVANY_MEDIA_ROOT)"
         model_id, types = model.get("id"), model.get("media_types") or []

@@ -127,10 +127,15 @@ def add_plan_counts(total: dict | None, counts: dict | None) -> dict | None:
             "recompiles": total["recompiles"] + counts.get("recompiles", 0)}
 
 
+def serving_model(pool) -> dict | None:
+    """The model as the serving generation's first loaded worker describes it; None before one has."""
+    return next((w.model for w in pool.serving() if w.model), None)
+
+
 def plan_status(pool, settings) -> dict:
     """The shape plan as the serving workers run it (the first one's buckets: each has the same), and every
     worker's counts: passes run in a bucket, passes run as they came by why, recompiles while serving."""
-    model = next((w.model for w in pool.serving() if w.model), None) or {}
+    model = serving_model(pool) or {}
     plan = model.get("plan") or {}
     counts = None
     for stats in [w.stats or {} for w in pool.workers] + [pool.gone_stats]:
@@ -171,7 +176,7 @@ def describe_model(pool, settings, private: bool = True) -> dict:
     The device is named as the operator named it: a worker calls its GPU cuda:0 whichever it is.
     """
     serving = pool.serving()
-    model = next((w.model for w in serving if w.model), None)
+    model = serving_model(pool)
     if model is None:
         s = settings
         return {"id": s.model_id or s.model or "tiny-demo", "source": s.model or "tiny-demo",
