@@ -316,15 +316,18 @@ def status(
 
 def _watch_status(where: str, timeout: float, every_s: float) -> None:
     """The status page every every_s seconds: redrawn in place on a terminal, one page after another
-    elsewhere; a daemon that stops answering ends it (exit 2, as a single status would)."""
-    import time
-
+    elsewhere; a daemon that stops answering ends it (exit 2, as a single status would). One client
+    (and one probe of a tcp:// endpoint) for the whole watch, not one a page."""
     clear = "\x1b[H\x1b[2J" if sys.stdout.isatty() else ""
-    try:
+
+    def pages(client) -> None:
         while True:
-            page = format_status(_ask([where], timeout, lambda c: c.status()))
+            page = format_status(client.status())
             typer.echo(f"{clear}{page}\n\n(every {every_s:g} s; Ctrl-C ends)" if clear else f"{page}\n")
             time.sleep(every_s)
+
+    try:
+        _ask([where], timeout, pages)
     except KeyboardInterrupt:
         raise typer.Exit(0) from None
 
