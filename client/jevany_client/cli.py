@@ -291,8 +291,9 @@ def status(
     timeout: float = typer.Option(3.0, "--timeout", min=0.001, help=_TIMEOUT_HELP),
     as_json: bool = typer.Option(False, "--json", help=_JSON_HELP, show_default=False),
     ready: bool = typer.Option(
-        False, "--ready", help="Print only the state; exit 0 if ready, 1 if not (starting, draining, drained), "
-        "2 if no reply: an exec probe for a ZeroMQ-only pod. [default: off]", show_default=False,
+        False, "--ready", help="Print only the state; exit 0 if ready, 1 if not (starting, draining, drained, "
+        "or no worker up while one is replaced), 2 if no reply: an exec probe for a ZeroMQ-only pod. "
+        "[default: off]", show_default=False,
     ),
     watch: float = typer.Option(
         None, "--watch", "-w", min=0.1, metavar="SECONDS", help="Show the page again every SECONDS until Ctrl-C "
@@ -306,6 +307,8 @@ def status(
     result = _ask([where], timeout, lambda c: c.status())
     if ready:
         state = result.get("state") if isinstance(result, dict) else None
+        if state == "ready" and not result.get("serving", True):
+            state = "ready, but no worker is up (one is being replaced)"     # as /health's 503 loading
         typer.echo(f"{where}: {state}")
         raise typer.Exit(0 if state == "ready" else 1)
     if as_json:

@@ -234,7 +234,7 @@ def create_app(gateway: Gateway) -> FastAPI:
             gateway.note_state(state)
         except JevanyError:
             state, daemon = "unavailable", {}
-        if state == "ready" and not _serving(daemon.get("workers")):
+        if state == "ready" and not daemon.get("serving", True):
             state = "starting"      # every serving worker died or hung: requests wait for a replacement
         status = {"ready": "ready", "starting": "loading"}.get(state, state)
         if status == "drained":
@@ -262,12 +262,6 @@ def _timeout_ms(raw: str | None) -> int | None:
     if not text.isdigit():
         raise ValueError(f"{TIMEOUT_HEADER} must be a whole number of milliseconds, got {raw!r}")
     return int(text)
-
-
-def _serving(workers: list | None) -> bool:
-    """Whether a worker of the serving generation is up to take requests now (no list: assume so)."""
-    return workers is None or any(w.get("role") == "serving" and w.get("state") in ("idle", "busy")
-                                  for w in workers)
 
 
 def _fetch(url: str) -> tuple[bytes, str]:

@@ -244,6 +244,7 @@ def daemon_status(view: StatusView, private: bool = True) -> dict:
         "pid": os.getpid(),
         "uptime_s": round(v.clock() - v.run_state.started, 3),
         "state": v.run_state.state,
+        "serving": workers_up(v.pool) > 0,
         "endpoints": list(settings.endpoints),
         "control_endpoint": settings.control_endpoint,
         "max_message_bytes": settings.max_message_bytes,
@@ -281,8 +282,13 @@ class StatusLine:
                            (decided - before) / max(now - since, 1e-9))
 
 
+def workers_up(pool) -> int:
+    """Serving workers that can take requests now (not starting, not stopping: a replacement loads)."""
+    return sum(w.state in ("idle", "busy") for w in pool.serving())
+
+
 def status_line(state: str, pool, queue, counters: Counters, decide_per_s: float) -> str:
     serving = pool.serving()
-    up = sum(w.state in ("idle", "busy") for w in serving)
+    up = workers_up(pool)
     return (f"{state}: {up}/{len(serving)} workers, queue {len(queue)}/{queue.max_depth}, "
             f"{decide_per_s:.1f} decide/s, {counters.by_op['decide']} decided")

@@ -353,3 +353,13 @@ def test_status_watch_shows_the_page_again_until_ctrl_c(runner, daemon, monkeypa
     result = runner.invoke(ctl_app, ["status", "--endpoint", daemon.endpoint, "--watch", "2"])
     assert result.exit_code == 0 and naps == [2.0, 2.0, 2.0]
     assert result.stdout.count("state ready") == 3          # not a terminal: one page after another
+
+
+def test_status_ready_is_not_ready_while_no_worker_is_up(runner, monkeypatch):
+    """As /health's 503: a daemon whose every worker is being replaced can take no request now."""
+    import jevany_client.cli as cli
+
+    for serving, code, said in ((True, 0, ": ready"), (False, 1, ": ready, but no worker is up")):
+        monkeypatch.setattr(cli, "_ask", lambda *a, serving=serving, **k: {"state": "ready", "serving": serving})
+        result = runner.invoke(ctl_app, ["status", "--ready", "-e", "ipc:///nowhere.sock"])
+        assert result.exit_code == code and said in result.stdout

@@ -333,7 +333,8 @@ def test_health_is_503_while_the_only_worker_is_replaced(start_daemon):
         wait_for(lambda: _health(port) == 503, 30, "/health 503 while no worker can serve")
         http = Http(port)
         assert http.request("GET", "/health")[::2] == (503, {"status": "loading"})
-        assert daemon.status()["state"] == "ready"     # the daemon itself still takes and queues requests
+        status = daemon.status()
+        assert status["state"] == "ready" and status["serving"] is False   # it queues requests; none runs now
     finally:
         os.kill(second, signal.SIGCONT)
     wait_for(lambda: _health(port) == 200, 90, "/health ready once the replacement loaded")
