@@ -3,6 +3,7 @@
     make mutate                              # every mutation in mutations.py
     python scripts/mutate.py --only gather tenants --list
     python scripts/mutate.py --only retries --timeout 120
+    python scripts/mutate.py --mutations held_out.py   # another list, e.g. a reviewer's held-out bugs
 
 Each mutation names a file, a line of it as it is and as the bug would write
 it, and the tests that cover that module (as few as catch its slips). The
@@ -26,6 +27,7 @@ them took about 16 minutes on two cores; --only runs the few a change
 touches.
 """
 import argparse
+import importlib.util
 import os
 import re
 import signal
@@ -61,7 +63,7 @@ def run_tests(tests: tuple[str, ...], timeout: float) -> str:
         proc.wait()
     if code in (4, 5):
         raise SystemExit(f"pytest {' '.join(tests)}: exit {code} (a usage error, or no tests collected): "
-                         "update scripts/mutations.py")
+                         "update its list (scripts/mutations.py, or the --mutations file)")
     return "timeout" if code is None else "passed" if code == 0 else "failed"
 
 
@@ -100,13 +102,13 @@ def check_all(mutations) -> None:
     """Every stale entry named at once (not only the first), before anything runs."""
     stale = [f"  {mu.name}: {'; '.join(found)}" for mu in mutations if (found := problems(mu))]
     if stale:
-        raise SystemExit(f"{len(stale)} stale mutation(s); update scripts/mutations.py:\n" + "\n".join(stale))
+        raise SystemExit(f"{len(stale)} stale mutation(s); update the list (scripts/mutations.py, or the --mutations file):\n" + "\n".join(stale))
 
 
 def check(mutation: Mutation) -> str:
     """The file's text, checked again just before it is mutated (a run is long; the tree may change)."""
     if found := problems(mutation):
-        raise SystemExit(f"{mutation.name}: {'; '.join(found)}; update scripts/mutations.py")
+        raise SystemExit(f"{mutation.name}: {'; '.join(found)}; update its list (scripts/mutations.py, or the --mutations file)")
     return (ROOT / mutation.path).read_text()
 
 
@@ -125,6 +127,14 @@ def run(mutation: Mutation, timeout: float) -> tuple[str, float]:
     return outcome, time.monotonic() - started
 
 
+def load_list(path: str) -> list[Mutation]:
+    """MUTATIONS from another list file, written like mutations.py (it may import m from mutations)."""
+    spec = importlib.util.spec_from_file_location("other_mutations", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return list(module.MUTATIONS)
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--only", nargs="+", metavar="WORD", help="mutations whose name contains one of these")
@@ -133,8 +143,11 @@ def main(argv=None) -> int:
     parser.add_argument("--require", type=float, default=0.95, help="score below which the exit status is 1")
     parser.add_argument("--no-baseline", action="store_true",
                         help="skip running each test selection unmutated first")
+    parser.add_argument("--mutations", metavar="FILE",
+                        help="plant this file's MUTATIONS instead of mutations.py's (a held-out list)")
     args = parser.parse_args(argv)
-    chosen = [mu for mu in MUTATIONS if not args.only or any(w in mu.name for w in args.only)]
+    listed = load_list(args.mutations) if args.mutations else MUTATIONS
+    chosen = [mu for mu in listed if not args.only or any(w in mu.name for w in args.only)]
     check_all(chosen)
     if args.list:
         for mu in chosen:
