@@ -102,13 +102,15 @@ def check_all(mutations) -> None:
     """Every stale entry named at once (not only the first), before anything runs."""
     stale = [f"  {mu.name}: {'; '.join(found)}" for mu in mutations if (found := problems(mu))]
     if stale:
-        raise SystemExit(f"{len(stale)} stale mutation(s); update the list (scripts/mutations.py, or the --mutations file):\n" + "\n".join(stale))
+        raise SystemExit(f"{len(stale)} stale mutation(s); update the list (scripts/mutations.py, "
+                         "or the --mutations file):\n" + "\n".join(stale))
 
 
 def check(mutation: Mutation) -> str:
     """The file's text, checked again just before it is mutated (a run is long; the tree may change)."""
     if found := problems(mutation):
-        raise SystemExit(f"{mutation.name}: {'; '.join(found)}; update its list (scripts/mutations.py, or the --mutations file)")
+        raise SystemExit(f"{mutation.name}: {'; '.join(found)}; update its list "
+                         "(scripts/mutations.py, or the --mutations file)")
     return (ROOT / mutation.path).read_text()
 
 
