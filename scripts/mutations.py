@@ -4,7 +4,7 @@ that should catch it.
 Each entry names a file, a line of it as it is and as the bug would write it,
 and the tests that cover that module (as few as catch its slips). The line
 must occur exactly once in its file; tests/test_mutations_list.py checks every
-entry in `make test`, and holds this list's count (108 mutations: one entry
+entry in `make test`, and holds this list's count (128 mutations: one entry
 each) to len(MUTATIONS). A module added or rewritten comes with entries of
 its own.
 """
@@ -37,6 +37,10 @@ PROMISES = "tests/client/test_client_promises.py"
 RESENDS = "tests/client/test_resends.py"
 CALLS = (RETRIES, PROMISES, RESENDS)     # a call's tries, whichever part of them a slip breaks
 WORKER_LOOP = "tests/worker/test_loop.py"
+GUARD = "tests/server/test_guard.py"
+HOSTILE_HTTP = "tests/server/test_hostile_http.py"
+JEV_API = "tests/server/test_jev_api.py"
+EVAL_SHARDS = "tests/client/test_eval_shards.py"
 GATHER = "tests/server/test_gather.py"
 ROUTING = "tests/client/test_routing.py"
 FLEET_ROUTING = "tests/client/test_fleet_routing.py"
@@ -396,4 +400,77 @@ MUTATIONS = [
       '        return ("result", record["result"].get("model"), record["result"].get("answers"))',
       '        return ("result", record["result"])',
       "tests/client/test_eval_shards.py::test_merge_writes_interleaved_shards_in_suite_order_and_a_duplicate_must_answer_alike"),
+    # The gateway beyond its guard's three: limits, redirects, public paths, translation, headers.
+    m("gateway: a body of exactly the limit refused by its Content-Length", "jevany_daemon/gateway/guard.py",
+      "        if declared is not None and declared > self.max_body:",
+      "        if declared is not None and declared >= self.max_body:",
+      GUARD, HOSTILE_HTTP),
+    m("gateway: one client may hold the whole body budget", "jevany_daemon/gateway/guard.py",
+      "        if guard.holding + size > guard.budget or guard.by_client.get(self.client, 0) + size > guard.share:",
+      "        if guard.holding + size > guard.budget:",
+      GUARD, HOSTILE_HTTP),
+    m("gateway: a bulk call reserves one body, not what it reads ahead", "jevany_daemon/gateway/guard.py",
+      "            if not held.take(BULK_RESERVE_MESSAGES * self.max_body):",
+      "            if not held.take(self.max_body):",
+      GUARD, HOSTILE_HTTP, "tests/server/test_bulk.py"),
+    m("gateway: a redirect's backslashes left to name another host", "jevany_daemon/gateway/guard.py",
+      '    return b"/" + rest.lstrip(b"/\\\\")', '    return b"/" + rest.lstrip(b"/")',
+      GUARD),
+    m("gateway: /health asks for the token", "jevany_daemon/gateway/guard.py",
+      "        if self.token is not None and _route_path(scope) not in PUBLIC_PATHS and not self._authorized(headers):",
+      "        if self.token is not None and not self._authorized(headers):",
+      GUARD, HOSTILE_HTTP, "tests/server/test_http.py"),
+    m("gateway: a +json media type refused", "jevany_daemon/gateway/guard.py",
+      '    return kind == b"application/json" or kind.endswith(b"+json")', '    return kind == b"application/json"',
+      GUARD),
+    m("gateway: a predicate's probability is that of false", "jevany_daemon/gateway/decisions.py",
+      '        return {"type": "predicate", "name": q.name, "probability": p["true"]}',
+      '        return {"type": "predicate", "name": q.name, "probability": p["false"]}',
+      JEV_API),
+    m("gateway: a score's levels counted from 1", "jevany_daemon/gateway/decisions.py",
+      '    return {"type": "score", "name": q.name, "score": sum(i * pi for i, pi in enumerate(levels)),',
+      '    return {"type": "score", "name": q.name, "score": sum(i * pi for i, pi in enumerate(levels, 1)),',
+      JEV_API),
+    m("gateway: usage's total leaves out the output tokens", "jevany_daemon/gateway/decisions.py",
+      '            "total_tokens": counted["input_tokens"] + counted["output_tokens"]}',
+      '            "total_tokens": counted["input_tokens"]}',
+      JEV_API),
+    m("gateway: a busy answer without Retry-After", "jevany_daemon/gateway/replies.py",
+      "    if code in RETRY_AFTER:", "    if code not in RETRY_AFTER:",
+      GUARD),
+    m("gateway: a body one byte over the message limit sent on", "jevany_daemon/gateway/upstream.py",
+      "        if len(payload) > self.max_message_bytes:", "        if len(payload) > self.max_message_bytes + 1:",
+      HOSTILE_HTTP + "::test_a_request_of_exactly_the_message_limit_is_sent_and_one_byte_more_is_not"),
+    m("gateway: a bulk line's error counted as answered", "jevany_daemon/gateway/bulk.py",
+      '            counts["failed"] += 1', '            counts["answered"] += 1',
+      "tests/server/test_bulk.py"),
+    # jevany-eval's shards and results files beyond merge's order and sameness.
+    m("eval merge: a merge with items missing exits 0", CLIENT + "eval/merge.py",
+      "        return INCOMPLETE\n    return 0", "        return 0\n    return 0",
+      EVAL_SHARDS),
+    m("eval shards: a Slurm array not starting at 0 shifts every shard", CLIENT + "eval/shards.py",
+      '        index = _number(env, "SLURM_ARRAY_TASK_ID") - _number(env, "SLURM_ARRAY_TASK_MIN", 0)',
+      '        index = _number(env, "SLURM_ARRAY_TASK_ID")',
+      EVAL_SHARDS),
+    m("eval shards: shard N of N accepted", CLIENT + "eval/shards.py",
+      "    if not 0 <= index < count:", "    if not 0 <= index <= count:",
+      EVAL_SHARDS),
+    m("eval shards: questions about one state split across shards", CLIENT + "eval/shards.py",
+      '        return int(affinity_key(item.body.get("state")), 16) % self.count == self.index',
+      '        return int(affinity_key(item.body), 16) % self.count == self.index',
+      EVAL_SHARDS),
+    m("eval results: a line answered for another suite line accepted", CLIENT + "eval/results.py",
+      '    if record.get("item") != by_index[index].digest:', '    if record.get("item") is None:',
+      EVAL_SHARDS, "tests/client/test_eval_files.py"),
+    # The worker's media path beyond closing its copies.
+    m("worker: a request's deadline counted from its arrival at the worker, not its hand-over", WORKER + "loop.py",
+      "            sent = now if item.sent_at is None else float(item.sent_at)", "            sent = now",
+      WORKER_LOOP),
+    m("worker media: private copies inherited by the worker's children", "jevany_daemon/media/files.py",
+      '        fd = os.memfd_create("jevany-media", os.MFD_CLOEXEC)', '        fd = os.memfd_create("jevany-media", 0)',
+      "tests/media/test_hostile_media.py"),
+    # Settings beyond precedence.
+    m("settings: JevAny's legacy spelling of an option ignored", "jevany_daemon/serve_options.py",
+      "    return value if legacy_value is None else legacy_value", "    return value",
+      "tests/test_serve_options.py", "tests/engine/test_choice_options.py"),
 ]

@@ -47,6 +47,24 @@ def test_shards_split_the_suite_once_each_and_keep_a_state_in_one_shard(suite):
     assert len({owner for held in owners.values() for owner in held}) >= 2
 
 
+def test_every_question_about_one_state_lands_in_its_shard_whatever_it_asks(tmp_path):
+    # The shard follows the state alone: a state asked different questions is still one daemon's cache.
+    asks = [{"urgent": {"type": "noul"}}, QUESTIONS, {"tone": {"type": "score", "criteria": ["calm", "angry"]}},
+            {"action": {"type": "choice", "criteria": {"refund": None, "wait": None}}, "urgent": {"type": "noul"}}]
+    labels = {"urgent": {"urgent": True}, "tone": {"tone": 1}, "action": {"action": "wait"}}
+    lines = [{"state": {"ticket": f"ticket {i % 12}"}, "questions": asks[i // 12],
+              "labels": labels[next(iter(asks[i // 12]))]} for i in range(48)]
+    path = tmp_path / "asks.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    items = read_suite(str(path))
+    owners = {}
+    for item in items:
+        owners.setdefault(item.body["state"]["ticket"], set()).update(
+            i for i in range(4) if Shard(i, 4).holds(item))
+    assert all(len(held) == 1 for held in owners.values()), owners
+    assert len(set().union(*owners.values())) >= 2
+
+
 def test_the_shard_comes_from_the_option_or_the_scheduler():
     assert parse_shard("2/5") == Shard(2, 5)
     assert parse_shard("auto", {"SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_MIN": "4",

@@ -75,6 +75,22 @@ def test_the_worker_decodes_its_own_copy_of_what_was_checked_whatever_the_path_b
         copies.close()
 
 
+def test_a_private_copy_is_closed_on_exec_so_no_child_of_the_worker_holds_it():
+    # A decoder may run a helper program (ffmpeg); an inherited copy would outlive its request there.
+    from jevany_daemon.media.files import PrivateCopies
+
+    copies = PrivateCopies()
+    try:
+        private = copies.add(b"checked bytes")
+        fd = int(private.rsplit("/", 1)[1])
+        assert not os.get_inheritable(fd)
+        with open(private, "rb") as f:
+            assert f.read() == b"checked bytes"
+    finally:
+        copies.close()
+    assert copies.fds == []
+
+
 def test_bytes_rewritten_in_place_with_size_time_and_inode_kept_are_refused(root):
     from jevany_daemon.media.files import read_verified
 

@@ -81,3 +81,49 @@ def test_cors_origins_narrowed_answer_only_the_origins_listed():
     assert [headers.get("access-control-allow-origin") for _, headers in none] == [None, None]
     every = _call(create_app(model=object()), [_preflight(other)])
     assert every[0][1].get("access-control-allow-origin") in ("*", other)
+
+
+def _redirecting(location: bytes):
+    """An app behind the guard that redirects to location, as Starlette's slash redirect would."""
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": 307, "headers": [(b"location", location)]})
+        await send({"type": "http.response.body", "body": b""})
+    return app
+
+
+def test_a_redirect_keeps_its_path_and_never_names_a_host():
+    # Starlette writes Location from the Host header a client sent; a browser reads "//h" and "/\h" as
+    # the host h, so what is left must start with one slash and no second slash or backslash.
+    sent = {b"http://evil.example/v1/systemone": "/v1/systemone",
+            b"https://evil.example:8443/v1/systemone?x=1": "/v1/systemone?x=1",
+            b"http://gw//evil.example/x": "/evil.example/x",
+            b"http://gw/\\evil.example/x": "/evil.example/x",
+            b"/\\\\evil.example/x": "/evil.example/x",
+            b"\\/evil.example/x": "/evil.example/x",
+            b"/health/": "/health/"}
+    got = {}
+    for location, expected in sent.items():
+        guard = RequestGuard(_redirecting(location), token=None, max_body_bytes=1000)
+        [(status, headers)] = _call(guard, [("GET", "/health", {}, b"")])
+        got[location] = (status, headers["location"])
+    assert got == {location: (307, expected) for location, expected in sent.items()}
+
+
+def test_json_with_a_structured_suffix_is_json_and_other_types_are_refused():
+    # RFC 6839: application/<anything>+json is JSON; a body of another declared type is refused 422.
+    guard = RequestGuard(_echo, token=None, max_body_bytes=1000)
+    types = ("application/json", "application/json; charset=utf-8", "Application/JSON",
+             "application/vnd.jev.v1+json", "application/merge-patch+json", "text/plain", "application/jsonx",
+             "application/x-www-form-urlencoded")
+    statuses = [status for status, _ in _call(guard, [
+        ("POST", SYSTEMONE_PATH, {"Content-Type": kind}, b'{"a": 1}') for kind in types])]
+    assert statuses == [200, 200, 200, 200, 200, 422, 422, 422]
+
+
+def test_retry_after_marks_the_errors_worth_retrying_and_no_others():
+    # A client's backoff reads Retry-After: on a refusal it should not repeat, it would retry for nothing.
+    from jevany_daemon.gateway.replies import RETRY_AFTER, RETRY_AFTER_S, error_response
+    for code in sorted(RETRY_AFTER):
+        assert error_response(code, "busy").headers.get("retry-after") == RETRY_AFTER_S, code
+    for code in ("invalid_request", "unauthorized", "context_length_exceeded", "deadline_exceeded", "internal"):
+        assert "retry-after" not in error_response(code, "no").headers, code

@@ -20,7 +20,7 @@ import zmq
 from jevany_client.errors import OverloadedError
 from jevany_daemon.gateway.connections import BUFFER_LOW_WATER, Buffers
 from jevany_daemon.gateway.guard import BODY_BUDGET_MESSAGES, BODY_GRACE_S, CLIENT_SHARE_MESSAGES
-from jevany_daemon.gateway.upstream import Upstream
+from jevany_daemon.gateway.upstream import TooLarge, Upstream
 
 from .daemons import rss_kb, wait_for
 from .http_proc import free_port
@@ -315,3 +315,39 @@ def test_a_reply_that_came_while_the_loop_was_busy_is_read_though_the_next_send_
             await upstream.close()
 
     assert asyncio.run(asyncio.wait_for(scenario(), 60)) == {"pong": True}
+
+
+def test_a_request_of_exactly_the_message_limit_is_sent_and_one_byte_more_is_not():
+    # The daemon's socket drops a peer that sends more than --max-message-bytes (ZMQ_MAXMSGSIZE): with the
+    # gateway as that peer, one such request would cut every HTTP caller off, so the gateway counts first.
+    from jevany_client.protocol import encode_request
+    fits = {"state": "x" * 100}
+    limit = len(encode_request(1, "decide", fits))
+    assert len(encode_request(2, "decide", {"state": "x" * 101})) == limit + 1     # ids 1 and 2: one width
+    upstream = Upstream("inproc://supervisor-limit", limit)
+    supervisor = upstream.ctx.socket(zmq.ROUTER)
+    supervisor.setsockopt(zmq.LINGER, 0)
+    supervisor.bind("inproc://supervisor-limit")
+    upstream.sock.close()
+    upstream.sock = upstream.ctx.socket(zmq.DEALER)
+    upstream.sock.setsockopt(zmq.LINGER, 0)
+    upstream.sock.connect("inproc://supervisor-limit")
+
+    async def scenario():
+        upstream.start()
+        try:
+            sent = asyncio.ensure_future(upstream.call("decide", fits, wait_s=30))
+            await asyncio.sleep(0)
+            assert supervisor.poll(5000), "a request of exactly the limit was not sent"
+            routing, request = supervisor.recv_multipart()
+            assert len(request) == limit
+            with pytest.raises(TooLarge):
+                await upstream.call("decide", {"state": "x" * 101}, wait_s=2)
+            assert not supervisor.poll(200), "a request over the limit was sent"
+            supervisor.send_multipart([routing, msgpack.packb({"v": 1, "id": 1, "ok": True, "result": {}})])
+            return await asyncio.wait_for(sent, 5)
+        finally:
+            supervisor.close()
+            await upstream.close()
+
+    assert asyncio.run(asyncio.wait_for(scenario(), 60)) == {}
