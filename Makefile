@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: install demo test mutate bench bench-quick clean node-example wheelhouse
+.PHONY: install demo test mutate mutmut bench bench-quick clean node-example wheelhouse
 
 install: $(VENV)/.installed
 
@@ -35,6 +35,12 @@ test: install node-example
 # MUTATE_ARGS passes options on: make mutate MUTATE_ARGS="--only gather tenants".
 mutate: install
 	$(PY) scripts/mutate.py $(MUTATE_ARGS)
+
+# mutmut's own operators over pure-Python client modules tested in process (scripts/mutmut_client.py
+# says where it fits and why the daemon's modules stay with mutate). Installs mutmut into the venv.
+mutmut: install
+	$(PY) -m pip install --quiet --disable-pip-version-check mutmut==3.8.1
+	$(PY) scripts/mutmut_client.py $(MUTMUT_ARGS)
 
 # The Node.js client example's packages (zeromq ships prebuilt binaries; nothing is compiled).
 # Without npm, or if the registry is unreachable, its test is skipped rather than failing the run.

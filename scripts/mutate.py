@@ -22,9 +22,9 @@ made something hang) and is reported apart. Prints each outcome, the score
 --require (default 0.95), else 1.
 
 Not part of `make test`: it runs the covering tests once per mutation, one
-child at a time (the list, in mutations.py, says how many it holds). 81 of
-them took about 16 minutes on two cores; --only runs the few a change
-touches.
+child at a time (the list, in mutations.py, says how many it holds): the
+whole list takes about half an hour on two cores; --only runs the few a
+change touches.
 """
 import argparse
 import importlib.util

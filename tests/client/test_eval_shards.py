@@ -67,11 +67,15 @@ def test_every_question_about_one_state_lands_in_its_shard_whatever_it_asks(tmp_
 
 def test_the_shard_comes_from_the_option_or_the_scheduler():
     assert parse_shard("2/5") == Shard(2, 5)
+    assert parse_shard("0/1") == Shard(0, 1)
+    assert parse_shard("auto", {"SLURM_ARRAY_TASK_ID": "0", "SLURM_ARRAY_TASK_COUNT": "2"}) == Shard(0, 2)
     assert parse_shard("auto", {"SLURM_ARRAY_TASK_ID": "7", "SLURM_ARRAY_TASK_MIN": "4",
                                 "SLURM_ARRAY_TASK_COUNT": "6"}) == Shard(3, 6)
     assert parse_shard("auto", {"JOB_COMPLETION_INDEX": "1", "JEVANY_SHARD_COUNT": "4"}) == Shard(1, 4)
     assert parse_shard(None) is None
     for bad, env, message in [("5/5", {}, "does not exist"), ("1-2", {}, "I/N"), ("auto", {}, "Slurm array task"),
+                              ("x/2", {}, "I/N"), ("1/y", {}, "I/N"), ("1/", {}, "I/N"), ("-1/2", {}, "I/N"),
+                              ("auto", {"SLURM_ARRAY_TASK_ID": "2", "SLURM_ARRAY_TASK_COUNT": "2"}, "does not exist"),
                               ("auto", {"JOB_COMPLETION_INDEX": "1"}, "JEVANY_SHARD_COUNT must be a number")]:
         with pytest.raises(EvalError, match=message):
             parse_shard(bad, env)
