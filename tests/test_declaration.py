@@ -92,3 +92,13 @@ def test_every_variable_reaches_its_setting(s):
     if s.kind not in (str, tuple):
         with pytest.raises(ValueError, match=f"^{s.variable}: 'junk' is not "):
             read_environment(SETTINGS, {s.variable: "junk"})
+
+
+def test_an_empty_variable_is_unset_not_a_value():
+    # `JEVANY_X=` in a unit's Environment= or an env file is how one clears a setting: it must leave the
+    # default (the flag's, the config file's) in place, not refuse the daemon or set a str setting to "".
+    empty = {s.variable: "" for s in SETTINGS if s.env}
+    assert read_environment(SETTINGS, empty) == {}
+    s = next(s for s in SETTINGS if s.env and s.kind is int)
+    text, value = sample(s)
+    assert read_environment(SETTINGS, {**empty, s.variable: text}) == {s.name: value}

@@ -90,6 +90,19 @@ def test_limit_messages_follow_jevany(make_engine):
         choice.admit(BODY)
 
 
+def test_a_request_of_exactly_max_packed_tokens_is_admitted_and_one_more_is_refused(make_engine):
+    # max_packed_tokens is what one pass may allocate: a request that fills it exactly runs, and the
+    # operator who sized it to the largest request they send must not see that request refused.
+    many = {f"q{i}": {"type": "noul", "instructions": "refund now"} for i in range(6)}
+    body = {"state": "s", "questions": many}
+    roomy = make_engine("qwen3", "pointer")
+    shape = roomy.layout.shape(roomy.admit(body).encoded)
+    cost = shape.rows * shape.width + shape.prefix
+    assert make_engine("qwen3", "pointer", max_packed_tokens=cost).admit(body)
+    with pytest.raises(ContextLengthError, match=rf"^request exceeds {cost - 1} packed tokens: {cost}$"):
+        make_engine("qwen3", "pointer", max_packed_tokens=cost - 1).admit(body)
+
+
 def test_the_state_limit_holds_for_the_choice_prompt_too(make_engine):
     """Its state sits inside a chat message, but max_state_tokens still counts the state's own tokens."""
     engine = make_engine("qwen3", "choice", max_state_tokens=64)

@@ -139,3 +139,28 @@ def test_drain_with_two_workers_answers_everything_first(pool):
     with pool.client(timeout=30, retries=0) as client, pytest.raises(ShuttingDownError):
         client.call("decide", workloads.short(1, seed=1)[0])
     assert pool.status()["state"] == "drained"
+
+
+def test_a_removed_workers_batching_totals_still_count_in_the_daemons():
+    # Status and the metrics' counters are totals since start: a worker that exits (died, hung, retired by a
+    # reload) must not take its batches with it, or the counters go backwards and rates read as resets.
+    from types import SimpleNamespace
+
+    from jevany_daemon.server.pool import WorkerPool
+    from jevany_daemon.server.settings import ServeSettings
+    from jevany_daemon.server.status import batching
+    from jevany_daemon.server.worker_handle import IDLE, WorkerHandle
+
+    def worker(serial, stats):
+        return WorkerHandle(0, serial, 0, SimpleNamespace(pid=serial), "cpu", heartbeat_timeout=10.0,
+                            batch_timeout=120.0, spawned_at=0.0, state=IDLE, stats=stats)
+
+    workers = WorkerPool(None, "", zmq.Poller(), lambda: 0.0)
+    dead = worker(1, {"batches": 3, "requests": 7, "busy_s": 1.5, "batch_size_histogram": {"2": 2, "3": 1}})
+    successor = worker(2, {"batches": 1, "requests": 2, "busy_s": 0.5, "batch_size_histogram": {"2": 1}})
+    workers.workers += [dead, successor]
+    workers.remove(dead)
+    assert workers.workers == [successor]
+    totals = batching(workers, ServeSettings())
+    assert (totals["batches"], totals["requests"], totals["busy_s"]) == (4, 9, 2.0)
+    assert totals["batch_size_histogram"] == {"2": 3, "3": 1}

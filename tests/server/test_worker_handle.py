@@ -339,3 +339,17 @@ def test_a_worker_whose_plan_would_warm_too_long_stops_a_start_and_is_retried_wh
         assert done == {"failed": None, "replaced": 1}
     else:
         assert done["replaced"] == 0 and done["failed"] == (worker.failure, outcome[1])
+
+
+def test_a_busy_worker_counts_as_up_in_the_status_line_and_the_serving_flag():
+    # A worker scoring a batch serves: counting only idle ones would show a loaded daemon as down
+    # (status "serving": false, "0/1 workers" in systemd's STATUS=) exactly when it works hardest.
+    from jevany_daemon.server.request_queue import RequestQueue
+    from jevany_daemon.server.status import Counters, status_line, workers_up
+
+    busy, idle = handle(state=BUSY, busy_since=1.0), handle()
+    loading, leaving = handle(state=STARTING, ready=False), handle(state=STOPPING, stop_sent_at=1.0)
+    assert workers_up(SimpleNamespace(serving=lambda: [busy])) == 1          # status's "serving" is this > 0
+    pool = SimpleNamespace(serving=lambda: [busy, idle, loading, leaving])
+    line = status_line("ready", pool, RequestQueue(8), Counters(), 0.0)
+    assert line.startswith("ready: 2/4 workers, queue 0/8,"), line
