@@ -4,7 +4,7 @@ that should catch it.
 Each entry names a file, a line of it as it is and as the bug would write it,
 and the tests that cover that module (as few as catch its slips). The line
 must occur exactly once in its file; tests/test_mutations_list.py checks every
-entry in `make test`, and holds this list's count (128 mutations: one entry
+entry in `make test`, and holds this list's count (139 mutations: one entry
 each) to len(MUTATIONS). A module added or rewritten comes with entries of
 its own.
 """
@@ -473,4 +473,41 @@ MUTATIONS = [
     m("settings: JevAny's legacy spelling of an option ignored", "jevany_daemon/serve_options.py",
       "    return value if legacy_value is None else legacy_value", "    return value",
       "tests/test_serve_options.py", "tests/engine/test_choice_options.py"),
+    # A reviewer's held-out list found these uncaught (tests/README.md, "The mutation check"); now in ours.
+    m("gateway: exactly the header cap refused", "jevany_daemon/gateway/connections.py",
+      "        if self.header_count > MAX_HEADER_COUNT:", "        if self.header_count >= MAX_HEADER_COUNT:",
+      "tests/server/test_hostile_clients.py::test_headers_past_the_cap_are_refused_at_once"),
+    m("gateway: a one-option choice refused", "jevany_daemon/gateway/shapes.py",
+      "        if not 1 <= len(self.criteria) <= MAX_OPTIONS:", "        if not 2 <= len(self.criteria) <= MAX_OPTIONS:",
+      JEV_API + "::test_a_choice_of_one_option_is_a_question_the_field_accepts"),
+    m("gateway: a compressed body decoding to exactly the cap refused", "jevany_daemon/gateway/encodings.py",
+      "            if size > limit:", "            if size >= limit:",
+      JEV_API + "::test_a_compressed_body_may_decode_to_exactly_the_cap_and_not_a_byte_more"),
+    m("gateway: Retry-After added only where one is already present", "jevany_daemon/gateway/field_headers.py",
+      '                if message["status"] in BUSY and b"retry-after" not in names:',
+      '                if message["status"] in BUSY and b"retry-after" in names:',
+      GUARD),
+    m("eval merge: a merge missing exactly one item exits 0", CLIENT + "eval/merge.py",
+      "    if missing:", "    if len(missing) > 1:",
+      EVAL_SHARDS),
+    m("worker media: files totalling exactly the cap refused", "jevany_daemon/media/policy.py",
+      "            if total > self.total_bytes:", "            if total >= self.total_bytes:",
+      "tests/media/test_policy.py"),
+    m("fd guard: after resuming, refused again only at the first threshold", SERVER + "fds.py",
+      "        self.refuse_at = min(int(REFUSE_AT * self.limit), self.open + max(1, int(AGAIN_AFTER * self.limit)))",
+      "        self.refuse_at = max(int(REFUSE_AT * self.limit), self.open + max(1, int(AGAIN_AFTER * self.limit)))",
+      "tests/server/test_fd_guard.py"),
+    m("status: a busy worker not counted as up", SERVER + "status.py",
+      '    return sum(w.state in ("idle", "busy") for w in pool.serving())',
+      '    return sum(w.state == "idle" for w in pool.serving())',
+      "tests/server/test_worker_handle.py::test_a_busy_worker_counts_as_up_in_the_status_line_and_the_serving_flag"),
+    m("status: a removed worker's batching totals dropped", SERVER + "pool.py",
+      "        add_stats(self.gone_stats, worker.stats or {})", "        pass",
+      "tests/server/test_pool.py::test_a_removed_workers_batching_totals_still_count_in_the_daemons"),
+    m("settings: an empty JEVANY_* variable parsed, not unset", "jevany_daemon/declaration.py",
+      '        if raw is None or raw == "":', "        if raw is None:",
+      "tests/test_declaration.py"),
+    m("admission: a request of exactly max_packed_tokens refused", ENGINE + "admission.py",
+      "            if cost > budget:", "            if cost >= budget:",
+      "tests/engine/test_engine.py::test_a_request_of_exactly_max_packed_tokens_is_admitted_and_one_more_is_refused"),
 ]

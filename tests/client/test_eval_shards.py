@@ -95,6 +95,10 @@ def test_merge_joins_shards_lists_what_is_missing_and_exits_3(suite, tmp_path):
     resumed = subprocess.run([str(BIN / "jevany-eval"), str(suite), "--out", str(out), "--endpoint",
                               f"ipc://{tmp_path}/nobody.sock", "--no-progress"], capture_output=True, text=True)
     assert resumed.returncode == 2 and "no daemon at" in resumed.stderr       # it got as far as sending
+    # One item short is short: exit 3 again, naming it.
+    a.write_text("".join(error_line(i, "internal") for i in items[:23]))
+    result = CliRunner().invoke(merge_app, [str(suite), str(a), "--out", str(out)])
+    assert result.exit_code == 3 and "missing 1 items (index 23)" in result.output, result.output
 
 
 def test_merge_refuses_conflicting_duplicates_and_lines_of_another_suite_and_writes_nothing(suite, tmp_path):

@@ -113,6 +113,9 @@ def test_every_cap_has_its_message(root):
         f"video frame exceeds {32 * 32 - 1} pixels"
     assert refusal(MediaPolicy(str(root), max_video_frames=7), [("video", "v.mp4")]) == "video exceeds 7 frames"
     assert MediaPolicy(str(root), max_video_frames=8).resolve([("video", "v.mp4")])
+    # Each cap is a size a request may reach: files of exactly max_bytes, totalling exactly total_bytes.
+    exactly = MediaPolicy(str(root), max_bytes=max(size, both - size), total_bytes=both)
+    assert len(exactly.resolve([("image", "a.png"), ("image", "b.png")])) == 2
 
 
 def test_a_decompression_bomb_is_refused_before_decoding(root, monkeypatch):

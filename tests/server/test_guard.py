@@ -127,3 +127,22 @@ def test_retry_after_marks_the_errors_worth_retrying_and_no_others():
         assert error_response(code, "busy").headers.get("retry-after") == RETRY_AFTER_S, code
     for code in ("invalid_request", "unauthorized", "context_length_exceeded", "deadline_exceeded", "internal"):
         assert "retry-after" not in error_response(code, "no").headers, code
+
+
+def _answering(status: int, headers: list):
+    async def app(scope, receive, send):
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": b"{}"})
+    return app
+
+
+def test_every_busy_answer_says_when_to_retry_and_keeps_a_retry_after_of_its_own():
+    # typesafe-sdk waits what Retry-After says on 429 and 503, else backs off on its own schedule.
+    from jevany_daemon.gateway.field_headers import REQUEST_ID_HEADER, FieldHeaders
+    from jevany_daemon.gateway.replies import RETRY_AFTER_S
+    seen = []
+    for status, own in ((503, []), (429, []), (503, [(b"retry-after", b"7")]), (200, []), (400, [])):
+        [(got, headers)] = _call(FieldHeaders(_answering(status, own)), [("GET", "/health", {}, b"")])
+        seen.append((got, headers.get_list("retry-after"), bool(headers.get(REQUEST_ID_HEADER))))
+    assert seen == [(503, [RETRY_AFTER_S], True), (429, [RETRY_AFTER_S], True), (503, ["7"], True),
+                    (200, [], True), (400, [], True)]

@@ -384,6 +384,29 @@ def test_zstd_bodies_decode_on_the_standard_library_s_module_too(monkeypatch):
     assert decode(compress(b"{}" * 100), "zstd", 1000) == b"{}" * 100
 
 
+def test_a_compressed_body_may_decode_to_exactly_the_cap_and_not_a_byte_more():
+    from jevany_daemon.gateway.encodings import BodyEncodingError, decode
+
+    limit = 4096
+    for encoding, pack in (("zstd", compress), ("gzip", gzip.compress)):
+        assert decode(pack(b"x" * limit), encoding, limit) == b"x" * limit
+        assert decode(pack(b"x" * 96) + pack(b"y" * (limit - 96)), encoding, limit) == b"x" * 96 + b"y" * (limit - 96)
+        with pytest.raises(BodyEncodingError) as refused:
+            decode(pack(b"x" * (limit + 1)), encoding, limit)
+        assert refused.value.status == 413, encoding
+
+
+def test_a_choice_of_one_option_is_a_question_the_field_accepts(apps):
+    # TypeSafe's reference takes 1..4096 options; a caller's lone option must not become a 422 here.
+    one = {**BODY, "questions": {"team": {"type": "choice", "criteria": {"Billing": None}}}}
+    for port in apps:
+        status, _, reply = post(port, one)
+        assert status == 200, reply
+        assert reply["answers"]["team"]["choice"] == "Billing"
+    none = {**BODY, "questions": {"team": {"type": "choice", "criteria": {}}}}
+    assert post(apps[0], none)[0] == 422
+
+
 def test_the_api_description_names_every_route(apps):
     http = Http(apps[0])
     status, _, spec = http.request("GET", "/openapi.json")
