@@ -216,3 +216,15 @@ def test_a_type_with_one_question_gets_no_repeated_row(hand_report):
     rows = summary(hand_report).splitlines()[3:]
     assert [row.split()[0] for row in rows[:4]] == ["overall", "choice", "noul", "score"]
     assert not any(row.startswith("  ") for row in rows)
+
+
+def test_an_item_that_failed_is_done_and_only_items_with_no_record_are_not_done():
+    # A failed item has its record: rerunning the suite would not run it again, so it is an error, not "not done";
+    # not_done counts only the items with no record at all (the ones a rerun picks up).
+    from jevany_client.eval.results import error_record
+    items = suite_items([line for line, _ in HAND])
+    records = answered(items[:2], [p for _, p in HAND[:2]])
+    records[2] = error_record(items[2], "invalid_request", "refused")
+    report = build_report(items, records)
+    assert report["items"] == {"answered": 2, "errors": 1, "not_done": 1}
+    assert report["complete"] is False

@@ -86,6 +86,24 @@ def test_choice_max_tokens_refuses_a_longer_prompt(make_engine):
         make_engine(choice_max_tokens=n - 1).admit(short)
 
 
+def test_a_question_with_exactly_max_options_options_is_admitted_and_one_more_is_refused(make_engine):
+    # max_options is the most the readout reads, so a question of exactly that many is one it answers; only one
+    # more option is refused, with the readout's words and the typed error a client can act on.
+    from jevany_client.errors import InvalidRequestError
+
+    engine = make_engine()
+    cap = engine.admission.max_options
+
+    def body(n):
+        return {"state": "s", "questions": {"q": {"type": "choice", "criteria": {f"o{i}": None for i in range(n)}}}}
+
+    assert engine.admit(body(cap)).request.questions[0].n_options == cap
+    with pytest.raises(InvalidRequestError, match=rf"^questions\.q: exact choice-token readout supports at most "
+                                                  rf"{cap} options \(got {cap + 1}\)$") as caught:
+        engine.admit(body(cap + 1))
+    assert caught.value.code == "invalid_request"
+
+
 def test_choice_max_tokens_is_capped_by_the_window_and_the_branch_limit(make_engine):
     engine = make_engine(choice_max_tokens=1 << 30)
     window = engine.model.context_window

@@ -1,5 +1,5 @@
 """`jevany_prefix_cache{what}` on a real daemon: every series equals status's prefix cache figures and
-moves with them, through misses, hits, evictions and a clear."""
+moves with them, through misses, hits, evictions and a clear; and how status adds up the workers' caches."""
 from jevany_daemon import workloads
 
 from .daemons import wait_for
@@ -55,3 +55,20 @@ def test_the_prefix_cache_metric_equals_status_and_moves_with_it(start_daemon):
     assert cleared["size"] == 0 and cleared["bytes"] == fresh["bytes"]
     counts = ("hits", "misses", "evictions")
     assert {w: cleared[w] for w in counts} == {w: full[w] for w in counts}
+
+
+def test_status_sums_the_workers_caches_but_counts_the_pinned_head_once():
+    # Every worker pins the same prompt head, so the daemon's pinned_tokens is that head's size: summing it would
+    # report the head times the workers. The per-worker counts (size, hits, ...) are separate caches and do add up.
+    from types import SimpleNamespace
+
+    from jevany_daemon.server.settings import ServeSettings
+    from jevany_daemon.server.status import prefix_cache
+
+    def worker(size, hits):
+        return SimpleNamespace(stats={"prefix_cache": {"enabled": True, "size": size, "hits": hits,
+                                                       "pinned_tokens": 40}})
+
+    workers = [worker(2, 5), worker(1, 3)]
+    cache = prefix_cache(SimpleNamespace(serving=lambda: workers), ServeSettings())
+    assert (cache["size"], cache["hits"], cache["pinned_tokens"]) == (3, 8, 40)

@@ -347,6 +347,13 @@ def test_jevany_serve_options_are_checked_before_loading(flags, env, message):
         resolve(flags, None, env=env)
 
 
+def test_a_request_allowance_equal_to_the_per_file_cap_is_valid():
+    # One file of the largest size a request may carry is a request the daemon must take, so a total equal to the
+    # per-file cap is a setting, not an error; only a total below it (no file of the cap could ever fit) is refused.
+    s = resolve({}, None, env={"JEVANY_MEDIA_TOTAL_BYTES": "20", "JEVANY_MEDIA_MAX_BYTES": "20"})
+    assert (s.media_max_bytes, s.media_total_bytes) == (20, 20)
+
+
 def test_jevany_serve_options_take_jevany_names_and_defaults(tmp_path):
     token = tmp_path / "token"
     token.write_text("secret\n")
