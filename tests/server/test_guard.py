@@ -5,7 +5,7 @@ import json
 import httpx
 
 from jevany_daemon.asgi import create_app
-from jevany_daemon.gateway.guard import BODY_BUDGET_MESSAGES, CLIENT_SHARE_MESSAGES, RequestGuard
+from jevany_daemon.gateway.guard import BODY_BUDGET_MESSAGES, BULK_RESERVE_MESSAGES, CLIENT_SHARE_MESSAGES, RequestGuard
 from jevany_daemon.gateway.paths import BULK_PATH, SYSTEMONE_PATH
 
 TOKEN = "s3cret"
@@ -146,3 +146,18 @@ def test_every_busy_answer_says_when_to_retry_and_keeps_a_retry_after_of_its_own
         seen.append((got, headers.get_list("retry-after"), bool(headers.get(REQUEST_ID_HEADER))))
     assert seen == [(503, [RETRY_AFTER_S], True), (429, [RETRY_AFTER_S], True), (503, ["7"], True),
                     (200, [], True), (400, [], True)]
+
+
+def test_a_bulk_call_holds_what_it_may_read_ahead_while_it_runs_and_gives_it_back():
+    # A bulk body is read as it arrives, never held whole: the budget is spent up front on what the route may
+    # hold at once (the body read ahead, the line it reads, the lines in flight), so many bulk calls cannot
+    # together hold more than the budget says.
+    holding = []
+
+    async def app(scope, receive, send):
+        holding.append(guard.holding)
+        await _echo(scope, receive, send)
+
+    guard = RequestGuard(app, token=None, max_body_bytes=1000)
+    [(status, _)] = _call(guard, [("POST", BULK_PATH, {"Content-Type": "application/json"}, b'{"a": 1}')])
+    assert (status, holding, guard.holding) == (200, [BULK_RESERVE_MESSAGES * 1000], 0)

@@ -396,6 +396,28 @@ def test_a_compressed_body_may_decode_to_exactly_the_cap_and_not_a_byte_more():
         assert refused.value.status == 413, encoding
 
 
+def test_gzip_is_accepted_by_its_other_name_and_any_case():
+    # RFC 9110 8.4.1.3: x-gzip is gzip; older clients and proxies still send it.
+    from jevany_daemon.gateway.encodings import decode
+
+    for name in ("gzip", "x-gzip", "GZIP", " X-Gzip "):
+        assert decode(gzip.compress(b'{"a": 1}'), name, 1000) == b'{"a": 1}', name
+
+
+def test_no_number_that_is_not_finite_passes_at_any_depth():
+    # JSON has no NaN or Infinity, but Python's parser takes them: they must not reach a prompt as text.
+    from pydantic import TypeAdapter, ValidationError
+
+    from jevany_daemon.gateway.shapes import Content
+
+    content = TypeAdapter(Content)
+    for bad in (float("nan"), [1, float("inf")], {"a": float("nan")}, {"a": {"b": [float("-inf")]}},
+                [{"ok": 1, "bad": float("nan")}]):
+        with pytest.raises(ValidationError, match="finite"):
+            content.validate_python(bad)
+    assert content.validate_python({"nan": [1.5, {"inf": "text"}]}) == {"nan": [1.5, {"inf": "text"}]}
+
+
 def test_a_choice_of_one_option_is_a_question_the_field_accepts(apps):
     # TypeSafe's reference takes 1..4096 options; a caller's lone option must not become a 422 here.
     one = {**BODY, "questions": {"team": {"type": "choice", "criteria": {"Billing": None}}}}

@@ -137,11 +137,15 @@ def test_a_hand_over_that_arrives_while_a_pass_runs_is_admitted_then_and_reporte
         return admit_many(batch, origins, tenants)
 
     engine.admit_many = admit
+    # Admitted before the worker starts waiting for the device, not only once the wait is over.
+    admitted_at_wait, wait = [], engine.stream.wait
+    engine.stream.wait = lambda ticket: (admitted_at_wait.append(len(admitted_during_pass)), wait(ticket))[1]
     events = _order_of(engine, lambda: supervisor.inbound.extend(
         [channel.encode(channel.BATCH, items(bodies[4:], first_tag=4), 2), channel.encode(channel.STOP)]))
     run(engine, supervisor)
 
     assert admitted_during_pass == [False, True]          # the second hand-over, while pass 0 ran
+    assert admitted_at_wait[0] == 2
     messages = supervisor.answers()
     assert messages[-1][0] == channel.RESULTS and messages[-1][2] == 2
     assert sorted(tag for _, answers, _ in messages for tag, ok, _ in answers if ok) == list(range(8))
