@@ -3,6 +3,7 @@
 torch is imported lazily so client tests stay torch-free.
 """
 import os
+import threading
 import traceback
 import warnings
 
@@ -16,10 +17,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 # pyzmq terms a context the collector finds unclosed. When its sockets are garbage in the same
 # reference cycle (an object holding both, never closed), the collector has already cleared the weak
-# references the context keeps to them, so it cannot close them and term() waits for ever: whichever
-# test the collection happened to fall in hangs, and with it the run. A context left unclosed by a test
-# is a leak to fix in that test, so here it becomes a ResourceWarning naming where it was made, and the
-# collector leaves it (its I/O thread idles until the run ends).
+# references the context keeps to them, so it cannot close them and term() waits until they are
+# finalized, later in the same collection: on this thread, that is for ever, and whichever test the
+# collection fell in hangs the run. So the sockets it still knows are closed here, term() waits on a
+# thread of its own, and the leak becomes a ResourceWarning naming where the context was made.
 _context_init = zmq.Context.__init__
 
 
@@ -29,8 +30,13 @@ def _recorded_init(self, *args, **kwargs):
 
 
 def _collected(self):
-    if not self._shadow and not self.closed:
-        warnings.warn(f"a zmq context left unclosed, made at:\n{getattr(self, '_made_at', '?')}", ResourceWarning)
+    if self._shadow or self.closed:
+        return
+    warnings.warn(f"a zmq context left unclosed, made at:\n{getattr(self, '_made_at', '?')}", ResourceWarning)
+    for sock in list(getattr(self, "_sockets", None) or []):
+        if not sock.closed:
+            sock.close(linger=0)
+    threading.Thread(target=self.term, name="zmq-term", daemon=True).start()
 
 
 zmq.Context.__init__, zmq.Context.__del__ = _recorded_init, _collected
