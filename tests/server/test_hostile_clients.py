@@ -13,6 +13,7 @@ import resource
 import selectors
 import socket
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -633,22 +634,41 @@ def test_a_flood_of_idle_connections_is_turned_away_and_busy_clients_keep_theirs
 
 def test_a_drain_then_a_connect_flood_still_answers_what_was_taken_and_refuses_the_rest(tiny_model):
     # A drain waits for the requests taken before it; 1,100 connections arriving meanwhile (under a
-    # 1,024-descriptor limit) must neither lose those answers nor hold the drain's own reply.
-    with running_daemon(tiny_model("qwen3", "choice"), "--socket-mode", "0666",
+    # 1,024-descriptor limit) must neither lose those answers nor hold the drain's own reply. "Taken" is
+    # seen in the status, not assumed from the send order: requests on one connection and a drain on
+    # another reach the daemon in either order.
+    with running_daemon(tiny_model("qwen3", "choice"), "--socket-mode", "0666", "--heartbeat-timeout", "300",
                         preexec=_limit_descriptors) as d, Raw(d.endpoint) as raw:
         d.dir.chmod(0o755)
-        for i in range(8):
-            raw.send(f"taken-{i}", "decide", TEXT)
-        flooder, done = _as_another_user(_flood, d.endpoint, 1100)
-        try:
+        worker = serving_worker(d)
+        drained, flooder = {}, None
+
+        def drain():
             with d.control_client(timeout=90) as control:
-                assert control.drain()["state"] == "drained"
+                drained.update(control.drain())
+
+        try:
+            with frozen(worker["pid"]):          # what is taken stays in hand until the drain has begun
+                for i in range(8):
+                    raw.send(f"taken-{i}", "decide", TEXT)
+                wait_for(lambda: serving_worker(d)["inflight"] + d.status()["queue"]["depth"] == 8, 30,
+                         "the eight requests taken")
+                flooder, done = _as_another_user(_flood, d.endpoint, 1100)
+                drainer = threading.Thread(target=drain, daemon=True)
+                drainer.start()
+                wait_for(lambda: d.status()["state"] == "draining", 30, "the drain begun")
+                # Those eight are still in hand: the drain has not answered, and a second look agrees.
+                assert d.status()["state"] == "draining" and not drained
+            drainer.join(120)
+            assert drained.get("state") == "drained"
             replies = [raw.recv(60) for _ in range(8)]
-            assert sorted(r["id"] for r in replies if r["ok"]) == sorted(f"taken-{i}" for i in range(8))
+            assert sorted(r["id"] for r in replies if r["ok"]) == sorted(f"taken-{i}" for i in range(8)), \
+                [r["error"] for r in replies if not r["ok"]]
             raw.send("late", "decide", TEXT)
             assert raw.recv(60)["error"]["code"] == "shutting_down"
         finally:
-            done.set()
-            flooder.join(30)
+            if flooder is not None:
+                done.set()
+                flooder.join(30)
         assert d.proc.poll() is None
         wait_for(lambda: len(os.listdir(f"/proc/{d.proc.pid}/fd")) < 100, 30, "the flood's descriptors closed")
