@@ -168,7 +168,9 @@ def test_a_reader_that_stops_reading_holds_no_worker(start_daemon):
     port = free_port()
     daemon = start_daemon("--http", f"127.0.0.1:{port}", "--max-batch-size", "32", readout="choice")
     wait_for(lambda: healthy(port), 60, "the gateway answering /health")
-    big = {"state": "a long state " * 200, "questions": QUESTIONS}
+    # A 4 kB id, echoed in each answer: 5,000 answers (20 MB) are more than the kernel's buffers between
+    # the two can hold, so the gateway must stop reading while nobody reads what it writes.
+    big = {"id": "i" * 4096, "state": "a long state " * 200, "questions": QUESTIONS}
     stream = Stream(port, (big for _ in range(5000)), "?in_flight=64")   # and never reads its answers
     wait_for(lambda: stream.sent > 100, 60, "the bulk body flowing")
     with daemon.client(timeout=30) as client:
