@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: install demo test mutate mutmut bench bench-quick clean node-example wheelhouse
+.PHONY: install demo test test-engines mutate mutmut bench bench-quick clean node-example wheelhouse
 
 install: $(VENV)/.installed
 
@@ -26,8 +26,14 @@ $(STARTER)/head.pt: | install
 # keep both cores busy. Tests share nothing on disk or on sockets (each has its own tmp dir);
 # loadfile keeps each file on one worker, in order, with its module-scoped daemon; files are handed
 # out in the order collected, longest first (tests/conftest.py, SLOW_FIRST), not by test count.
-test: install node-example
+test: install node-example test-engines
 	$(PY) -m pytest -q -n 2 --dist loadfile --no-loadscope-reorder
+
+# The real engines tests/deploy drives (a one-host Slurm, HAProxy), from the distribution's packages
+# where this runs as root with apt-get; elsewhere one line says so and those tests skip with the reason.
+# JEVANY_TEST_ENGINES=skip leaves the machine's packages alone.
+test-engines:
+	@scripts/test-engines
 
 # The mutation check (scripts/mutate.py): plausible one-line bugs planted one at a time, each run
 # against the tests that cover its module; prints the score and the survivors, exit 1 below 95%.
