@@ -4,7 +4,7 @@ that should catch it.
 Each entry names a file, a line of it as it is and as the bug would write it,
 and the tests that cover that module (as few as catch its slips). The line
 must occur exactly once in its file; tests/test_mutations_list.py checks every
-entry in `make test`, and holds this list's count (145 mutations: one entry
+entry in `make test`, and holds this list's count (148 mutations: one entry
 each) to len(MUTATIONS). A module added or rewritten comes with entries of
 its own.
 """
@@ -115,6 +115,14 @@ MUTATIONS = [
     m("dispatch: a busy worker that cannot prefetch handed a pass", SERVER + "supervisor.py",
       "            elif not (worker.can_prefetch and len(self.queue) >= full):",
       "            elif not (len(self.queue) >= full):", DISPATCH),
+    m("dispatch: a departed client's queued request scored", SERVER + "supervisor.py",
+      "                if peers.alive(getattr(entry.envelope, \"peer\", UNWATCHED)):",
+      "                if True:", DISPATCH, "tests/server/test_departed.py"),
+    m("dispatch: a pass refilled past full for the departed dropped", SERVER + "supervisor.py",
+      "            for entry in self.queue.take(n - len(live)):", "            for entry in self.queue.take(n):",
+      DISPATCH, "tests/server/test_departed.py"),
+    m("dispatch: a departed request dropped without being counted", SERVER + "replies.py",
+      "        self.counters.departed += 1\n", "", DISPATCH, "tests/server/test_departed.py"),
     m("worker media: an answered request's private copies left open", WORKER + "loop.py",
       "        record.copies.close()\n        return _wire(record.tag, outcome)",
       "        return _wire(record.tag, outcome)", *WORKER_MEDIA),

@@ -22,6 +22,9 @@ class Metrics:
         self.requests = Counter("jevany_requests", "Replies sent, by op, outcome (ok or the error code) and "
                                 "transport (zmq, or http through the gateway).",
                                 ["op", "outcome", "transport"], registry=r)
+        self.departed = Counter("jevany_requests_departed", "decide requests dropped from the queue unscored: "
+                                "their ZeroMQ client had disconnected, so nobody would read the answer.",
+                                registry=r)
         self.mixed_batches = Counter("jevany_mixed_transport_batches", "Forward passes that held both HTTP and "
                                      "ZeroMQ requests.", registry=r)
         self.queue_depth = Gauge("jevany_queue_depth", "decide requests waiting for a worker.", registry=r)

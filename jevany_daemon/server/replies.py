@@ -54,6 +54,14 @@ class Replies:
             event(log, "request", id=entry.id, outcome=err.code)
         self.send(entry.sock, entry.envelope, self.with_load(error_reply(entry.id, err)))
 
+    def departed(self, entry: Entry) -> None:
+        """A queued request whose client disconnected: dropped unscored, with no reply (nobody would read
+        it); counted apart from replies, so the outcomes still add up to the replies sent."""
+        self.counters.departed += 1
+        self.metrics.departed.inc()
+        if self.settings().log_requests:
+            event(log, "request", id=entry.id, outcome="departed")
+
     def with_load(self, reply: dict) -> dict:
         """A decide reply carries this daemon's load (PROTOCOL.md, "load"): what clients routing
         over several daemons weigh, read here rather than asked for by a status call."""

@@ -47,6 +47,7 @@ class Counters:
         self.mixed_batches = 0     # forward passes that held HTTP and ZeroMQ requests together
         self._latency: deque = deque(maxlen=LATENCY_WINDOW)
         self.waited_for_load = 0   # decide replies to requests that came while the model loaded
+        self.departed = 0          # decide requests dropped unscored, their client gone (Replies.departed)
 
     def record(self, op: str | None, code: str | None, latency_s: float | None = None,
                transport: str = "zmq", before_ready: bool = False) -> None:
@@ -66,7 +67,8 @@ class Counters:
 
     def requests(self) -> dict:
         return {"ok": self.ok, "error": self.error, "by_error_code": dict(self.by_code),
-                "by_op": dict(self.by_op), "decide_by_transport": dict(self.decide_by_transport)}
+                "by_op": dict(self.by_op), "decide_by_transport": dict(self.decide_by_transport),
+                "departed": self.departed}
 
     def latency_ms(self) -> dict:
         ordered = sorted(self._latency)

@@ -42,6 +42,7 @@ from .cache_clears import CacheClears
 from .client_ops import ClientOps
 from .gather import Gather
 from .metrics import Metrics
+from .peers import UNWATCHED
 from .reload import Reloads
 from .replies import Replies
 from .request_queue import RequestQueue
@@ -223,10 +224,26 @@ class Supervisor:
                     continue
             elif not (worker.can_prefetch and len(self.queue) >= full):
                 continue
-            entries = self.queue.take(full)
+            entries = self.take_live(full)
+            if not entries:
+                return
             for entry in entries:
                 self.metrics.queue_wait.observe(now - entry.received)
             worker.hand_over(self.wiring.backend, entries, now)
+
+    def take_live(self, n: int) -> list:
+        """Up to n queued requests, dropping unscored those whose ZeroMQ client has disconnected: the
+        protocol owes it no reply, and scoring it would only make the live clients wait. One whose
+        connection cannot be told (the gateway's, an unwatched socket) counts as live."""
+        peers, live = self.wiring.peers, []
+        peers.read()          # a departure libzmq has reported is known before anything is handed over
+        while len(live) < n and len(self.queue):
+            for entry in self.queue.take(n - len(live)):
+                if peers.alive(getattr(entry.envelope, "peer", UNWATCHED)):
+                    live.append(entry)
+                else:
+                    self.replies.departed(entry)
+        return live
 
     def send_answers(self) -> None:
         """Reply to what workers answered this tick. After dispatch, so a worker that just freed

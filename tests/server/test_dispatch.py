@@ -23,7 +23,8 @@ def supervisor(workers, queued: int, gather: Gather | None = None, now: float = 
     sup = Supervisor(settings, clock=lambda: now, env={})
     if gather is not None:
         sup.gather = gather
-    sup.wiring = SimpleNamespace(pool=SimpleNamespace(serving=lambda: list(workers)), backend=object())
+    sup.wiring = SimpleNamespace(pool=SimpleNamespace(serving=lambda: list(workers)), backend=object(),
+                                 peers=SimpleNamespace(read=lambda: None, alive=lambda peer: True))
     for tag in range(queued):
         sup.queue.push(Entry(tag, sock=None, envelope=[b"c%d" % tag], id=tag, payload=b"", received=9.0,
                              deadline=None))
