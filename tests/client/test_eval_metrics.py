@@ -228,3 +228,19 @@ def test_an_item_that_failed_is_done_and_only_items_with_no_record_are_not_done(
     report = build_report(items, records)
     assert report["items"] == {"answered": 2, "errors": 1, "not_done": 1}
     assert report["complete"] is False
+
+
+def test_a_bootstrap_draw_counts_an_item_as_often_as_it_was_drawn():
+    draws = []
+
+    def record(multiplicity):
+        draws.append(list(multiplicity))
+        return {"accuracy": 0.0}
+
+    metrics.bootstrap({"g": record}, 3, resamples=50)
+    assert len(draws) == 50 and all(sum(d) == 3 for d in draws)
+    assert any(max(d) >= 2 for d in draws)              # with replacement: some item drawn twice
+
+
+def test_the_interval_of_one_value_is_that_value():
+    assert metrics.percentile_interval([0.25]) == [0.25, 0.25]
