@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from jevany_client.cli import client_app, eval_app
-from jevany_client.eval.compare import compare_runs, nan_aware_max
+from jevany_client.eval.compare import EXAMPLES, compare_runs, nan_aware_max
 from jevany_client.eval.results import error_record
 
 from .test_eval_metrics import CHOICE, NOUL, answered, suite_items
@@ -135,3 +135,14 @@ def test_the_client_command_names_the_one_door_for_evaluating_and_runs_nothing(t
     assert result.exit_code == 2
     assert result.stderr.strip() == f"error: `jevany-client {name}` is `{door}`: run `{door} --help`"
     assert name not in CliRunner().invoke(client_app, ["--help"]).output
+
+
+def test_the_examples_are_the_first_changed_decisions_by_index():
+    lines = [{"state": i, "questions": {"u": NOUL}, "labels": {"u": True}} for i in range(EXAMPLES + 5)]
+    items = suite_items(lines)
+    this = answered(items, [{"u": [0.2, 0.8]}] * len(items))
+    other = answered(items, [{"u": [0.8, 0.2]}] * len(items))
+    decisions = compare_runs(items, this, other)["decisions"]
+    assert decisions["changed"] == EXAMPLES + 5
+    assert [e["index"] for e in decisions["examples"]] == list(range(EXAMPLES))
+    assert decisions["examples"][0] == {"index": 0, "question": "u", "this": "true", "other": "false"}

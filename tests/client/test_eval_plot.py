@@ -59,3 +59,12 @@ def test_a_report_written_before_by_question_still_plots(tmp_path):
     assert [title for title, _ in plot.panels(report)] == ["overall", "choice"]
     plot_reliability(report, str(tmp_path / "old.png"))
     assert (tmp_path / "old.png").read_bytes()[:8] == PNG
+
+
+def test_the_most_asked_questions_get_the_panels_the_cap_allows():
+    section = {"reliability": []}
+    by_question = {f"c{k:02d}": {"type": "choice", "questions": k + 1, **section} for k in range(14)}
+    report = {"overall": section, "by_type": {"choice": section}, "by_question": by_question}
+    titles = [title for title, _ in plot.panels(report)]
+    assert titles == ["overall", "choice"] + [f"choice / c{k:02d}" for k in range(2, 14)]
+    assert plot.omitted(report) == 2

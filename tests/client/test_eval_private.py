@@ -6,8 +6,11 @@ import re
 import sys
 from pathlib import Path
 
+import pytest
+
 from jevany_client.eval import Options, evaluate
 from jevany_client.eval import private
+from jevany_client.eval.errors import EvalError
 
 from .conftest import FAKE_DAEMON
 from .test_eval_metrics import NOUL
@@ -55,3 +58,15 @@ def test_the_run_says_its_daemon_is_ready_before_the_bar_starts(tmp_path, monkey
     starting, ready, bar = err.find("starting a daemon for this run"), err.find("daemon ready in "), err.find("eval ")
     assert -1 < starting < ready < bar, err
     assert "still waiting" not in err                        # a load under NOTE_AFTER_S gets no such line
+
+
+@pytest.mark.parametrize("args, flag", [("--bind ipc:///tmp/x.sock", "--bind"), ("--bind=tcp://127.0.0.1:5", "--bind"),
+                                        ("--model m --control tcp://x:1", "--control"), ("--control=", "--control")])
+def test_the_socket_options_are_jevany_evals_however_they_are_written(tmp_path, args, flag):
+    with pytest.raises(EvalError, match=f"--serve: {flag} is chosen by jevany-eval"):
+        private.PrivateDaemon(args, str(tmp_path / "d.log"), 30)
+
+
+def test_the_daemon_log_sits_beside_the_results_named_after_them():
+    assert private.log_path_for("runs/suite.results.jsonl") == "runs/suite.results.daemon.log"
+    assert private.log_path_for("runs/out.txt") == "runs/out.txt.daemon.log"

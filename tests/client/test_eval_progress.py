@@ -2,11 +2,17 @@
 by this run over the seconds from its first request to its last outcome), and a run that sends
 nothing, or finishes nothing, says so instead of a rate.
 """
+import io
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
+from rich.console import Console
+
 from jevany_client.eval import Options, evaluate
+from jevany_client.eval.progress import ProgressBar, clock
+from jevany_client.eval.runner import RunSummary
 
 from .test_eval_metrics import NOUL
 
@@ -50,3 +56,17 @@ def test_a_run_that_finishes_nothing_says_so_instead_of_a_rate(tmp_path, daemon,
     assert code == 3, said
     assert "no item finished by this run, so no rate (tried again after: overloaded " in said, said
     assert "items/s" not in said
+
+
+def test_the_eta_is_hours_minutes_and_seconds():
+    assert clock(3725) == "1:02:05"
+    assert clock(59.6) == "0:01:00"
+    assert clock(36000 + 59 * 60) == "10:59:00"
+
+
+def test_a_resumed_runs_bar_counts_the_items_done_before_it():
+    out = io.StringIO()
+    with ProgressBar(10, 4, console=Console(file=out, width=120)) as bar:
+        bar.update(RunSummary(finished=2, errors=Counter(internal=1)))
+    assert re.search(r"\b6/10\b", out.getvalue()), out.getvalue()
+    assert "1 errors, 0 retried" in out.getvalue()

@@ -1,0 +1,55 @@
+"""merge() called in process: the merged file's order and mode, and outcomes that must agree.
+
+(The command line's merge, shards and exit codes: test_eval_shards.py.)"""
+import json
+import stat
+
+import pytest
+
+from jevany_client.eval.errors import EvalError
+from jevany_client.eval.merge import merge
+from jevany_client.eval.results import error_record, record_line
+from jevany_client.eval.suite import read_suite
+
+from .test_eval_metrics import NOUL
+
+
+@pytest.fixture
+def suite(tmp_path) -> str:
+    path = tmp_path / "suite.jsonl"
+    path.write_text("".join(json.dumps({"state": s, "questions": {"u": NOUL}, "labels": {"u": True}}) + "\n"
+                            for s in range(4)))
+    return str(path)
+
+
+def results(path, items, code="internal") -> str:
+    path.write_bytes(b"".join(record_line(error_record(i, code, code)) for i in items))
+    return str(path)
+
+
+def test_the_merged_file_is_every_items_line_in_index_order_readable_by_all(suite, tmp_path):
+    items = read_suite(suite)
+    a, b = results(tmp_path / "a.jsonl", [items[3], items[0]]), results(tmp_path / "b.jsonl", [items[2], items[1]])
+    out = tmp_path / "merged.jsonl"
+    assert merge(suite, [a, b], str(out), echo=lambda line: None) == 0
+    assert [json.loads(line)["index"] for line in out.read_text().splitlines()] == [0, 1, 2, 3]
+    assert stat.S_IMODE(out.stat().st_mode) == 0o644          # as a run's results file, whatever mkstemp made
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".merge-")] == []
+
+
+def test_the_same_item_with_other_error_codes_is_refused_and_nothing_written(suite, tmp_path):
+    items = read_suite(suite)
+    a = results(tmp_path / "a.jsonl", items[:2], "internal")
+    b = results(tmp_path / "b.jsonl", items[1:], "worker_lost")
+    out = tmp_path / "merged.jsonl"
+    with pytest.raises(EvalError, match=r"index 1 has different outcomes in .*a.jsonl and .*b.jsonl: "
+                                        r"the error internal against the error worker_lost"):
+        merge(suite, [a, b], str(out), echo=lambda line: None)
+    assert not out.exists()
+
+
+def test_a_merge_with_items_missing_exits_3_naming_them(suite, tmp_path):
+    items = read_suite(suite)
+    said = []
+    assert merge(suite, [results(tmp_path / "a.jsonl", items[:2])], str(tmp_path / "m.jsonl"), echo=said.append) == 3
+    assert "missing 2 items (index 2, 3)" in said[-1]
