@@ -77,3 +77,38 @@ def test_a_client_refuses_an_endpoint_it_cannot_use_when_made_saying_the_form_me
     for usable in ("ipc:///tmp/x.sock", "ipc://@abstract", "tcp://127.0.0.1:5555", "tcp://[::1]:5555",
                    "dns+tcp://jevany:5555", "inproc://here"):
         JevClient(usable).close()
+
+
+def test_a_tcp_port_is_1_to_65535_and_star_is_for_binding_only():
+    import pytest
+
+    from jevany_client.endpoints import check_endpoint
+
+    for usable in ("tcp://h:1", "tcp://h:65535"):
+        check_endpoint(usable)
+    for typed, advice in (("tcp://h:0", "write tcp://HOST:PORT"), ("tcp://h:65536", "write tcp://HOST:PORT"),
+                          ("tcp://*:5555", "* is for binding; connect to the daemon's host: tcp://HOST:5555")):
+        with pytest.raises(ValueError, match="cannot use the endpoint") as caught:
+            check_endpoint(typed)
+        assert advice in str(caught.value)
+
+
+def test_no_daemon_is_said_only_when_every_endpoint_is_a_missing_socket_file(tmp_path):
+    from jevany_client.endpoints import missing_sockets
+
+    here, gone = f"ipc://{tmp_path}/here.sock", f"ipc://{tmp_path}/gone.sock"
+    (tmp_path / "here.sock").write_bytes(b"")           # existence is all that is asked
+    assert missing_sockets([here, gone]) is None
+    assert missing_sockets([gone, "tcp://127.0.0.1:5555"]) is None
+    problem = missing_sockets([gone, f"ipc://{tmp_path}/also.sock"])
+    assert problem.startswith(f"no daemon at {tmp_path}/gone.sock, {tmp_path}/also.sock: no socket file there")
+
+
+def test_a_socket_in_a_directory_others_may_write_is_refused_before_anything_is_sent(tmp_path):
+    from jevany_client.endpoints import missing_sockets
+
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    shared.chmod(0o777)
+    problem = missing_sockets([f"ipc://{shared}/daemon.sock"])
+    assert problem.startswith(f"refusing to use ipc://{shared}/daemon.sock: {shared} is writable by others")

@@ -3,6 +3,7 @@ and how long it took, before the progress bar starts. The daemon here is the fak
 """
 import json
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -70,3 +71,40 @@ def test_the_socket_options_are_jevany_evals_however_they_are_written(tmp_path, 
 def test_the_daemon_log_sits_beside_the_results_named_after_them():
     assert private.log_path_for("runs/suite.results.jsonl") == "runs/suite.results.daemon.log"
     assert private.log_path_for("runs/out.txt") == "runs/out.txt.daemon.log"
+
+
+def test_a_daemon_that_exits_while_loading_is_reported_with_its_exit_code_and_log(tmp_path, monkeypatch):
+    code = "import sys; print('no model here', flush=True); sys.exit(3)"
+    monkeypatch.setattr(private, "_daemon_command", lambda: [sys.executable, "-c", code])
+    # A bound well past the exit: without the exit check the wait would run it out and say "not ready".
+    with pytest.raises(EvalError, match=r"exited 3 before it was ready; .*\n.*no model here"):
+        with private.PrivateDaemon("", str(tmp_path / "d.log"), 5, say=lambda line: None):
+            pass
+
+
+# Stands in for a draining daemon: ready once its handler is set, it notes the SIGTERM and exits 0.
+DRAINING = """
+import pathlib, signal, sys
+def drain(*_):
+    pathlib.Path(sys.argv[1]).write_text("drained")
+    sys.exit(0)
+signal.signal(signal.SIGTERM, drain)
+print("ready", flush=True)
+while True:
+    signal.pause()
+"""
+
+
+def test_at_exit_the_daemon_gets_sigterm_which_drains_it_and_its_directory_goes(tmp_path):
+    daemon = private.PrivateDaemon("", str(tmp_path / "d.log"), 30, say=lambda line: None)
+    marker = tmp_path / "drained"
+    daemon.proc = subprocess.Popen([sys.executable, "-c", DRAINING, str(marker)], stdout=subprocess.PIPE)
+    try:
+        assert daemon.proc.stdout.readline() == b"ready\n"
+        daemon.stop()
+    finally:
+        daemon.proc.kill()
+        daemon.proc.wait()
+        daemon.proc.stdout.close()
+    assert marker.read_text() == "drained" and daemon.proc.returncode == 0
+    assert not daemon.dir.exists()

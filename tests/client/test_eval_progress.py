@@ -67,6 +67,7 @@ def test_the_eta_is_hours_minutes_and_seconds():
 def test_a_resumed_runs_bar_counts_the_items_done_before_it():
     out = io.StringIO()
     with ProgressBar(10, 4, console=Console(file=out, width=120)) as bar:
-        bar.update(RunSummary(finished=2, errors=Counter(internal=1)))
+        bar.update(RunSummary(finished=2, errors=Counter(internal=1), sending_since=0.0, last_outcome_at=1.0))
     assert re.search(r"\b6/10\b", out.getvalue()), out.getvalue()
+    assert "2.0 items/s ETA 0:00:02" in out.getvalue()          # the 4 left at this run's rate
     assert "1 errors, 0 retried" in out.getvalue()

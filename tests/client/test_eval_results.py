@@ -55,3 +55,15 @@ def test_what_is_appended_is_done_and_read_back_after(tmp_path, items):
         assert list(log.done) == [1] and log.done[1]["error"]["code"] == "internal"
     with ResultsLog(path, items) as log:
         assert list(log.done) == [1]
+
+
+def test_blank_lines_between_results_are_kept_and_nothing_is_cut(tmp_path, items):
+    records = answered(items, [{"u": [0.3, 0.7]}] * 3)
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(records[0]) + "\n\n  \n" + json.dumps(records[1]) + "\n")
+    whole = path.read_bytes()
+    with ResultsLog(str(path), items) as log:
+        assert sorted(log.done) == [0, 1]
+        assert path.read_bytes() == whole
+        log.append(records[2])
+    assert sorted(read_results(str(path), items)) == [0, 1, 2]
