@@ -180,3 +180,11 @@ def test_sum_tolerance_grows_with_the_option_count():
         validate_answer(
             NOUL, broken(NOUL, [0.5, 0.5], probabilities={"false": 0.5, "true": 0.511})
         )
+
+
+def test_the_self_check_takes_the_ends_of_every_range():
+    # Every probability on the last level: a score of exactly the top level, a probability of exactly 0.
+    for question, probs in ((SCORE, [0.0, 0.0, 1.0]), (CHOICE, [0.0, 1.0, 0.0]), (NOUL, [0.0, 1.0])):
+        answer = shape_answer(question, probs)
+        validate_answer(question, answer)
+    assert shape_answer(SCORE, [0.0, 0.0, 1.0])["score"] == 2.0

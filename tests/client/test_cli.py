@@ -363,3 +363,16 @@ def test_status_ready_is_not_ready_while_no_worker_is_up(runner, monkeypatch):
         monkeypatch.setattr(cli, "_ask", lambda *a, serving=serving, **k: {"state": "ready", "serving": serving})
         result = runner.invoke(ctl_app, ["status", "--ready", "-e", "ipc:///nowhere.sock"])
         assert result.exit_code == code and said in result.stdout
+
+
+def test_the_probe_fails_only_when_no_tcp_endpoint_can_answer(socket_dir, capsys):
+    import typer
+
+    from jevany_client import cli
+
+    alive, dead = f"tcp://127.0.0.1:{_free_port()}", f"tcp://127.0.0.1:{_free_port()}"
+    with fake_daemon(socket_dir, "tcp-probe", endpoint=alive):
+        cli._probe([dead, alive], 2.0)          # one endpoint that may answer is enough to send
+    with pytest.raises(typer.Exit) as caught:
+        cli._probe([dead], 2.0)
+    assert caught.value.exit_code == 2 and f"error: {dead}: nothing listens at" in capsys.readouterr().err

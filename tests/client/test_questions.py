@@ -88,3 +88,15 @@ def test_wire_questions_pass_the_schema():
     request = parse_decision({"state": "s", "questions": questions})
     assert [q.keys for q in request.questions] == [("a", "b"), ("false", "true"), ("0", "1", "2")]
     assert request.questions[0].instructions == "Which?"
+
+
+def test_a_media_path_is_told_by_its_prefix_or_its_suffix_whatever_its_case():
+    from jevany_client.questions import Image, Video, media_from_path
+
+    assert media_from_path("shots/PHOTO.JPG") == Image("shots/PHOTO.JPG")
+    assert media_from_path("clip.Mp4") == Video("clip.Mp4")
+    assert media_from_path("video:frames.bin") == Video("frames.bin")
+    assert media_from_path("image:scan") == Image("scan")
+    for unknown in ("notes.txt", "image:", "scan"):
+        with pytest.raises(ValueError, match="cannot tell whether"):
+            media_from_path(unknown)
