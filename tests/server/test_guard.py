@@ -161,3 +161,91 @@ def test_a_bulk_call_holds_what_it_may_read_ahead_while_it_runs_and_gives_it_bac
     guard = RequestGuard(app, token=None, max_body_bytes=1000)
     [(status, _)] = _call(guard, [("POST", BULK_PATH, {"Content-Type": "application/json"}, b'{"a": 1}')])
     assert (status, holding, guard.holding) == (200, [BULK_RESERVE_MESSAGES * 1000], 0)
+
+
+def _direct(guard, chunks, headers=(), method="POST", path=SYSTEMONE_PATH, root_path=""):
+    """One request straight to the guard, its body in `chunks` (one ASGI message each, no Content-Length
+    unless given): (status, the scope and body the app behind it saw, or None)."""
+    seen, sent = [], []
+    messages = iter([*({"type": "http.request", "body": c, "more_body": i < len(chunks) - 1}
+                       for i, c in enumerate(chunks)), {"type": "http.disconnect"}])
+
+    async def receive():
+        return next(messages)
+
+    async def send(message):
+        sent.append(message)
+
+    async def app(scope, receive, send):
+        body = b""
+        while True:
+            message = await receive()
+            body += message.get("body", b"")
+            if not message.get("more_body"):
+                break
+        seen.append((scope, body, guard.holding))
+        await send({"type": "http.response.start", "status": 200, "headers": []})
+        await send({"type": "http.response.body", "body": b""})
+
+    guard.app = app
+    scope = {"type": "http", "method": method, "path": root_path + path, "root_path": root_path,
+             "headers": list(headers), "client": ("10.0.0.1", 5000)}
+    asyncio.run(guard(scope, receive, send))
+    return sent[0]["status"], (seen[0] if seen else None)
+
+
+def test_a_streamed_body_of_exactly_the_limit_passes_and_one_byte_more_does_not():
+    guard = RequestGuard(_echo, token=None, max_body_bytes=1000)
+    body = b'{"p": "' + b"x" * 991 + b'"}'
+    assert len(body) == 1000
+    assert _direct(guard, [body[:500], body[500:]])[0] == 200
+    assert _direct(guard, [body[:500], body[500:] + b" "])[0] == 413
+    assert (guard.holding, guard.by_client) == (0, {})
+
+
+def test_a_compressed_body_is_held_as_decoded_and_reaches_the_route_plain():
+    import gzip
+    guard = RequestGuard(_echo, token=None, max_body_bytes=1000)
+    plain = b'{"p": "' + b"x" * 800 + b'"}'
+    packed = gzip.compress(plain)
+    status, (scope, body, holding) = _direct(guard, [packed], [(b"content-type", b"application/json"),
+                                                               (b"content-encoding", b"gzip"),
+                                                               (b"content-length", str(len(packed)).encode())])
+    assert (status, body, holding) == (200, plain, len(plain))
+    assert [v for k, v in scope["headers"] if k in (b"content-encoding", b"content-length")] == [
+        str(len(plain)).encode()]
+
+
+def test_a_body_sent_with_another_method_is_checked_as_a_post_s():
+    guard = RequestGuard(_echo, token=None, max_body_bytes=1000)
+    text = [(b"content-type", b"text/plain"), (b"content-length", b"8")]
+    assert _direct(guard, [b'{"a": 1}'], text, method="GET")[0] == 422
+    assert _direct(guard, [b""], [(b"content-type", b"text/plain")], method="GET")[0] == 200   # no body at all
+
+
+def test_a_budget_already_spent_refuses_the_next_body_even_an_empty_one():
+    guard = RequestGuard(_echo, token=None, max_body_bytes=1000)
+    guard.holding = guard.budget
+    assert _direct(guard, [b""], [(b"content-type", b"application/json")])[0] == 429
+    guard.holding, guard.by_client = 0, {"10.0.0.1": guard.share}
+    assert _direct(guard, [b""], [(b"content-type", b"application/json")])[0] == 429
+
+
+def test_public_paths_are_matched_under_the_root_path_an_app_is_mounted_at():
+    guard = RequestGuard(_echo, token=TOKEN, max_body_bytes=1000)
+    assert _direct(guard, [b""], method="GET", path="/health", root_path="/api")[0] == 200
+    assert _direct(guard, [b""], method="GET", path="/v1/models", root_path="/api")[0] == 401
+    assert _direct(guard, [b""], method="GET", path="/healthz", root_path="/api")[0] == 401
+
+
+def test_the_daemon_s_caps_are_counted_exactly_at_their_limits_and_strings_hold_what_they_like():
+    from jevany_client.protocol import MAX_CONTAINERS, MAX_VALUES
+
+    from jevany_daemon.gateway.guard import count_problem
+    assert count_problem(b"[" * MAX_CONTAINERS) is None
+    assert count_problem(b"[" * (MAX_CONTAINERS + 1)) is not None
+    assert count_problem(b"," * (MAX_VALUES - 1) + b"[") is None
+    assert count_problem(b"," * MAX_VALUES + b"[") is not None
+    assert count_problem(b'["' + b"{[," * MAX_CONTAINERS + b'"]') is None
+    # a bracket in a string makes the first count pass the cap; the exact count is then at it, not past it
+    assert count_problem(b'"{"' + b"[" * MAX_CONTAINERS) is None
