@@ -144,3 +144,42 @@ def test_choice_options_sent_as_a_list_get_the_shape_they_need_over_http(loaded_
     [problem] = json.loads(reply)["detail"]
     assert status == 422 and problem["loc"][-1] == "criteria"
     assert '{"refund": null, "resend": null}' in problem["msg"] and "map of option name" in problem["msg"]
+
+
+def test_a_loaded_model_takes_no_loading_options_and_options_need_a_checkpoint(monkeypatch):
+    monkeypatch.delenv("JEVANY_MODEL", raising=False)
+    for refused in ({"model": object(), "checkpoint": "runs/x"}, {"model": object(), "revision": "main"},
+                    {"model": object(), "dialect": "openai"}):
+        with pytest.raises(ValueError):
+            create_app(**refused)
+    with pytest.raises(TypeError, match="checkpoint"):
+        create_app(revision="main")
+
+
+def _env_app(monkeypatch, tmp_path, **env):
+    for name in [n for n in __import__("os").environ if n.startswith("JEVANY_")]:
+        monkeypatch.delenv(name)
+    (tmp_path / "model").mkdir(exist_ok=True)       # a directory: loaded only when the app starts
+    for name, value in {"JEVANY_MODEL": str(tmp_path / "model"), **env}.items():
+        monkeypatch.setenv(name, value)
+    return create_app()
+
+
+def test_the_settings_app_refuses_media_and_reads_its_token_file_as_a_line(monkeypatch, tmp_path):
+    import asyncio
+
+    import httpx
+
+    with pytest.raises(SystemExit, match="MEDIA_ROOT"):
+        _env_app(monkeypatch, tmp_path, JEVANY_MEDIA_ROOT=str(tmp_path))
+    token = tmp_path / "token"
+    token.write_text("s3cret\n")
+    token.chmod(0o600)
+    app = _env_app(monkeypatch, tmp_path, JEVANY_HTTP_TOKEN_FILE=str(token), JEVANY_HTTP="127.0.0.1:8008")
+
+    async def statuses():
+        # No lifespan here: the model is never loaded, so an authorised call is 503, a refused one 401.
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://gw") as client:
+            return [(await client.get("/v1/models", headers={"Authorization": auth})).status_code
+                    for auth in ("Bearer s3cret", "Bearer nope")]
+    assert asyncio.run(statuses()) == [503, 401]
