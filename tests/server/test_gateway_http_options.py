@@ -1,7 +1,7 @@
 """The HTTP settings' vocabulary (jevany_daemon/http_options.py): how CORS origins are written."""
 import pytest
 
-from jevany_daemon.http_options import DIALECTS, cors_origins
+from jevany_daemon.http_options import cors_origins
 
 
 def test_origins_are_any_none_or_a_list():
@@ -16,7 +16,3 @@ def test_origins_are_any_none_or_a_list():
 def test_anything_else_is_refused(value):
     with pytest.raises(ValueError):
         cors_origins(value)
-
-
-def test_the_dialects():
-    assert DIALECTS == ("jevany", "typesafe")
