@@ -1,6 +1,7 @@
 """JevAny's create_app(model=...) for JevModel: one model in this process, served to HTTP and Python callers at once."""
 import http.client
 import json
+import os
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
@@ -157,7 +158,7 @@ def test_a_loaded_model_takes_no_loading_options_and_options_need_a_checkpoint(m
 
 
 def _env_app(monkeypatch, tmp_path, **env):
-    for name in [n for n in __import__("os").environ if n.startswith("JEVANY_")]:
+    for name in [n for n in os.environ if n.startswith("JEVANY_")]:
         monkeypatch.delenv(name)
     (tmp_path / "model").mkdir(exist_ok=True)       # a directory: loaded only when the app starts
     for name, value in {"JEVANY_MODEL": str(tmp_path / "model"), **env}.items():
