@@ -164,3 +164,16 @@ def test_a_removed_workers_batching_totals_still_count_in_the_daemons():
     totals = batching(workers, ServeSettings())
     assert (totals["batches"], totals["requests"], totals["busy_s"]) == (4, 9, 2.0)
     assert totals["batch_size_histogram"] == {"2": 3, "3": 1}
+
+
+def test_during_a_reload_the_serving_generation_is_neither_incoming_nor_retiring():
+    from types import SimpleNamespace
+
+    from jevany_daemon.server.pool import WorkerPool
+
+    workers = WorkerPool(None, "", zmq.Poller(), lambda: 0.0)
+    old, serving, new = (SimpleNamespace(generation=g, inflight=[]) for g in (0, 1, 2))
+    workers.workers += [old, serving, new]
+    workers.switch_to(1)
+    assert (workers.retiring(), workers.serving(), workers.incoming()) == ([old], [serving], [new])
+    assert [workers.role(w) for w in (old, serving, new)] == ["retiring", "serving", "incoming"]
