@@ -102,3 +102,72 @@ def test_a_reload_that_cannot_load_keeps_the_old_model_then_sighup_reloads(start
     assert "event=reload cause=SIGHUP" in log and "needs_restart=max_queue" in log
     assert "event=reload_failed" in log and "event=reload_refused" in log
     assert daemon.stop() == 0
+
+
+# --- the reload's own logic, without processes: a pool that records, workers the test makes ready ---------
+
+class _Pool:
+    def __init__(self):
+        self.workers, self.serving_generation, self.gone_stats = [], 0, {}
+
+    def start_generation(self, settings):
+        from types import SimpleNamespace
+
+        model = {"id": "next", "source": "/m", "readout": "pointer", "layout": "packed", "device": "cpu"}
+        self.workers += [SimpleNamespace(generation=1, ready_once=False, model=model, device="cpu", stats={})
+                         for _ in range(settings.worker_count)]
+        return 1
+
+    def switch_to(self, generation):
+        self.serving_generation = generation
+
+    def serving(self):
+        return [w for w in self.workers if w.generation == self.serving_generation]
+
+    def retiring(self):
+        return [w for w in self.workers if w.generation < self.serving_generation]
+
+
+def _reloads(run_state):
+    from types import SimpleNamespace
+
+    from jevany_daemon.server.metrics import Metrics
+    from jevany_daemon.server.reload import Reloads
+    from jevany_daemon.server.settings import ServeSettings
+
+    sent = []
+    replies = SimpleNamespace(record=lambda op, code: None, send=lambda sock, envelope, reply: sent.append(reply))
+    notifier = SimpleNamespace(reloading=lambda usec: None, ready=lambda status: None)
+    reloads = Reloads(fresh_settings=lambda: ServeSettings(workers=2), settings=lambda: ServeSettings(workers=2),
+                      run_state=run_state, pool=_Pool(), zap=None, clock=lambda: 0.0, notifier=notifier,
+                      metrics=Metrics(), replies=replies, status_line=lambda: "up")
+    return reloads, sent
+
+
+def test_a_reload_switches_once_every_new_worker_is_ready_and_answers_every_asker():
+    from jevany_daemon.server.run_state import RunState
+
+    run_state = RunState(0.0)
+    run_state.ready()
+    reloads, sent = _reloads(run_state)
+    reloads.begin("reload op", waiter=("sock", [b"a"], "first"))
+    reloads.begin("reload op", waiter=("sock", [b"b"], "second"))    # one at a time: it hears the same end
+    first, second = reloads.pool.workers
+    first.ready_once = True
+    assert reloads.advance() is None and sent == []
+    second.ready_once = True
+    assert reloads.advance() is not None and reloads.pool.serving_generation == 1
+    assert [(r["id"], r["ok"], r["result"]["model"]) for r in sent] == [("first", True, "next"),
+                                                                         ("second", True, "next")]
+
+
+def test_a_draining_daemon_refuses_a_reload_as_shutting_down():
+    from jevany_daemon.server.run_state import RunState
+
+    run_state = RunState(0.0)
+    run_state.ready()
+    run_state.begin_drain(exiting=False)
+    reloads, sent = _reloads(run_state)
+    reloads.begin("reload op", waiter=("sock", [b"a"], "r"))
+    assert reloads.current is None and reloads.pool.workers == []
+    assert [(r["id"], r["error"]["code"]) for r in sent] == [("r", "shutting_down")]

@@ -23,6 +23,7 @@ def handle(state=IDLE, ready=True, returncode=None, **kw) -> WorkerHandle:
 def test_silence_counts_only_once_the_worker_is_ready():
     assert handle(state=STARTING, ready=False).hang_cause(now=600.0, stop_within_s=10) is None   # loading
     assert handle().hang_cause(now=9.9, stop_within_s=10) is None
+    assert handle().hang_cause(now=10.0, stop_within_s=10) is None       # silent for the timeout: not past it
     assert handle().hang_cause(now=10.5, stop_within_s=10) == "hung: no heartbeat for 10.5s"
 
 
@@ -47,6 +48,7 @@ def test_a_worker_that_ignores_stop_is_a_hang_and_a_killed_one_is_not_judged_aga
     (channel.EXIT_LOAD_FAILED, None, "could not load the model"),
     (channel.EXIT_SETTINGS, None, "its settings cannot work here (a shape plan past --warmup-limit)"),
     (1, None, "exit code 1"),
+    (0, None, "exit code 0"),
     (-signal.SIGKILL, "hung: no heartbeat for 10.5s", "hung: no heartbeat for 10.5s; killed"),
 ])
 def test_exit_causes(returncode, kill_cause, told):
