@@ -180,3 +180,37 @@ def test_a_flood_of_handshakes_with_unknown_keys_leaves_an_allowed_client_served
         wait_for(lambda: supervisor_fds() <= before, 30, "the flood's descriptors closed")
         assert client.ping()["pong"] is True
     assert daemon.log.read_text().count("event=curve_denied") <= 3        # rate-limited, not one per handshake
+
+
+# --- the ZAP handler's answer and the allowed keys, without a daemon ---------------------------------------
+
+def test_only_the_public_key_files_of_the_allowed_directory_are_taken(tmp_path):
+    from zmq.auth import load_certificate
+    from zmq.utils import z85
+
+    from jevany_daemon.server.curve import load_allowed, write_keypair
+
+    allowed = tmp_path / "allowed"
+    allowed.mkdir()
+    listed, _ = write_keypair(allowed / "listed")                   # listed.key and listed.key_secret
+    _, secret = write_keypair(tmp_path / "other")
+    secret.rename(allowed / "unlisted.key_secret")                  # a secret file holds its public key too
+    (allowed / "notes.txt").write_text("not a key\n")
+    assert load_allowed(allowed) == {z85.decode(load_certificate(listed)[0])}
+
+
+def test_the_zap_handler_admits_an_allowed_key_only_over_curve(tmp_path):
+    from jevany_daemon.server.curve import ZapHandler, load_allowed, write_keypair
+
+    write_keypair(tmp_path / "client")
+    [key] = load_allowed(tmp_path)
+    ctx = zmq.Context()
+    try:
+        zap = ZapHandler(ctx, str(tmp_path), time.monotonic)
+        frames = [b"1.0", b"7", b"jevany", b"127.0.0.1", b""]
+        assert zap.answer(frames + [b"CURVE", key])[2] == b"200"
+        assert zap.answer(frames + [b"PLAIN", key, b"password"])[2] == b"400"
+        assert zap.answer(frames + [b"CURVE", bytes(32)])[2] == b"400"
+        zap.close()
+    finally:
+        ctx.destroy(linger=0)
