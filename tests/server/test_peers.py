@@ -9,7 +9,7 @@ not be taken for the newcomer's.
 """
 import zmq
 
-from jevany_daemon.server.peers import Peers
+from jevany_daemon.server.peers import Peer, Peers, is_trusted_uid
 
 FD = 9999       # no descriptor of this process: who holds it cannot be told, so nothing is judged by it
 
@@ -147,3 +147,30 @@ def test_a_departed_connections_last_message_read_after_a_newcomer_took_its_desc
         newcomer.wait(10)
         peers.close_monitors()
         ctx.destroy(linger=0)
+
+
+def test_a_connection_we_are_closing_is_no_longer_one_to_reply_to():
+    import socket
+
+    peers = Fed()
+    mine, theirs = socket.socketpair()
+    try:
+        peers.happen("public", zmq.EVENT_ACCEPTED, fd=mine.fileno())
+        peers.read()
+        [conn] = peers.conns.values()
+        peer = Peer(conn.fd, conn.serial)
+        assert peers.alive(peer)
+        peers.shed([conn])                   # shut down, not closed: libzmq reports it gone later
+        assert not peers.alive(peer) and theirs.recv(1) == b"" and peers.describe()["closed_idle"] == 1
+    finally:
+        mine.close()
+        theirs.close()
+
+
+def test_control_ops_are_for_this_processs_user_and_root_only(monkeypatch):
+    import os
+
+    # A daemon run by a user of its own, even where the tests run as root: root must count apart from it.
+    monkeypatch.setattr(os, "getuid", lambda: 1000)
+    assert is_trusted_uid(1000) and is_trusted_uid(0)
+    assert not is_trusted_uid(1001) and not is_trusted_uid(None)

@@ -59,7 +59,8 @@ def supervisor(now: float = 10.0, workers=(), media=None) -> Supervisor:
                                  outbox=SimpleNamespace(dropped=SimpleNamespace(flush=lambda: None),
                                                         forget_gone=lambda: None))
     sup.notifier, sup.replies, sup.status_line = Notifier(), Replies(), lambda: "up"
-    sup.reloads = SimpleNamespace(cancel=lambda why: None, begun=[], begin=lambda cause: sup.reloads.begun.append(cause))
+    begun = []
+    sup.reloads = SimpleNamespace(cancel=lambda why: None, begun=begun, begin=lambda cause: begun.append(cause))
     return sup
 
 
