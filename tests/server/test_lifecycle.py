@@ -229,3 +229,31 @@ def test_a_taken_metrics_port_names_the_flag_and_the_way_out():
     assert str(info.value) == (f"cannot serve metrics on 127.0.0.1:{port} (--metrics-port): Address already in use; "
                                "choose another --metrics-port, or --metrics-port 0 for a free one (status and the "
                                "start-up log show which)")
+
+
+# --- parts of the start without a daemon ------------------------------------------------------------------
+
+def test_client_messages_come_in_on_the_public_sockets_the_control_socket_and_the_gateways():
+    from types import SimpleNamespace
+
+    from jevany_daemon.server.lifecycle import Wiring
+
+    gateway = SimpleNamespace(sock="gateway")
+    assert Wiring(public=("a", "b"), control="control", gateway=gateway).client_sockets() == [
+        "a", "b", "control", "gateway"]
+    assert Wiring(public=("a",)).client_sockets() == ["a"]
+
+
+def test_the_metrics_url_puts_an_ipv6_host_in_brackets():
+    from types import SimpleNamespace
+
+    from jevany_daemon.server.lifecycle import _serve_metrics
+    from jevany_daemon.server.metrics import Metrics
+
+    metrics = Metrics()
+    try:
+        url = _serve_metrics(SimpleNamespace(metrics_port=0, metrics_host="::1"), metrics)
+        assert url.startswith("http://[::1]:") and url.endswith("/metrics")
+    finally:
+        metrics.close()
+    assert _serve_metrics(SimpleNamespace(metrics_port=None, metrics_host="127.0.0.1"), metrics) is None
