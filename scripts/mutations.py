@@ -4,27 +4,18 @@ that should catch it.
 Each entry names a file, a line of it as it is and as the bug would write it,
 and the tests that cover that module (as few as catch its slips). The line
 must occur exactly once in its file; tests/test_mutations_list.py checks every
-entry in `make test`, and holds this list's count (148 mutations: one entry
+entry in `make test`, and holds this list's count (360 mutations: one entry
 each) to len(MUTATIONS). A module added or rewritten comes with entries of
-its own.
+its own. The gateway's, the rest of the supervisor side's and the eval
+runner's with the client library's live in files of their own beside this one
+(mutations_gateway.py, mutations_server.py, mutations_eval.py), each pointing
+at the unit tests named after its modules; this file gathers them after its
+own.
 """
-from dataclasses import dataclass
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-@dataclass(frozen=True)
-class Mutation:
-    name: str
-    path: str
-    before: str
-    after: str
-    tests: tuple[str, ...]
-
-
-def m(name, path, before, after, *tests) -> Mutation:
-    return Mutation(name, path, before, after, tests)
+from mutation_entry import ROOT, Mutation, m      # noqa: F401  (a held-out list imports m from here)
+from mutations_eval import MUTATIONS as EVAL_AND_CLIENT
+from mutations_gateway import MUTATIONS as GATEWAY
+from mutations_server import MUTATIONS as SUPERVISOR_SIDE
 
 
 ENGINE = "jevany_daemon/engine/"
@@ -540,4 +531,4 @@ MUTATIONS = [
     m("eval report: an item that failed counted as not done", CLIENT + "eval/report.py",
       '                  "not_done": len(items) - len(records)},', '                  "not_done": len(items) - answered},',
       "tests/client/test_eval_metrics.py"),
-]
+] + GATEWAY + SUPERVISOR_SIDE + EVAL_AND_CLIENT
