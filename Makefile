@@ -4,7 +4,7 @@ PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 
-.PHONY: install demo test test-engines mutate mutmut bench bench-quick clean node-example wheelhouse
+.PHONY: install demo test test-engines image image-check mutate mutmut bench bench-quick clean node-example wheelhouse
 
 install: $(VENV)/.installed
 
@@ -34,6 +34,20 @@ test: install node-example test-engines
 # JEVANY_TEST_ENGINES=skip leaves the machine's packages alone.
 test-engines:
 	@scripts/test-engines
+
+# The container image the Kubernetes recipes run (deploy/image/build.sh; docs/ACROSS-HOSTS.md, "The image"):
+# a Debian root filesystem from the distribution's packages, the project from wheels with the CPU torch
+# pin, written as an OCI layout in dist/image. As root (installs mmdebstrap and umoci where missing).
+# IMAGE_ARGS passes options on: make image IMAGE_ARGS="--out /srv/image".
+image: install
+	deploy/image/build.sh $(IMAGE_ARGS)
+
+# Builds the image and runs it under runc: a decision answered inside it, a drain on SIGTERM (minutes:
+# outside make test's budget; tests/deploy/test_image.py).
+image-check: install
+	@command -v runc >/dev/null 2>&1 || [ "$$(id -u)" -ne 0 ] || \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends runc >/dev/null 2>&1 || true
+	JEVANY_TEST_IMAGE=1 $(PY) -m pytest -q -rs tests/deploy/test_image.py
 
 # The mutation check (scripts/mutate.py): plausible one-line bugs planted one at a time, each run
 # against the tests that cover its module; prints the score and the survivors, exit 1 below 95%.
