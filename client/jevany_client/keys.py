@@ -45,7 +45,7 @@ def _z85(value: str | bytes) -> bytes:
         key = value.encode("ascii") if isinstance(value, str) else bytes(value)
         if len(key) == 40 and len(z85.decode(key)) == 32:
             return key
-    except (ValueError, TypeError):
+    except (ValueError, TypeError, KeyError):     # KeyError: a character outside z85's alphabet
         pass
     raise ValueError("a CurveZMQ key is 40 characters of z85 text")
 

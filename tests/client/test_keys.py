@@ -43,3 +43,10 @@ def test_a_key_that_is_not_40_characters_is_refused(pair):
     server, _ = zmq.curve_keypair()
     with pytest.raises(ValueError, match="40 characters of z85"):
         curve_keys(server, None, pair[0][:39], pair[1])
+
+
+@pytest.mark.parametrize("odd", ["~", '"', "\\", ","])
+def test_a_40_character_key_with_a_character_outside_z85_is_refused_with_the_same_message(pair, odd):
+    server, _ = zmq.curve_keypair()
+    with pytest.raises(ValueError, match="40 characters of z85"):
+        curve_keys(server, None, odd + pair[0].decode()[1:], pair[1])
