@@ -110,8 +110,12 @@ def test_ctrl_c_exits_130_at_once_keeping_what_finished_and_a_rerun_completes(tm
     suite = write_suite(tmp_path / "suite.jsonl", states)
     out = tmp_path / "results.jsonl"
     with fake_daemon(socket_dir, "holder") as holder, JevClient(holder.endpoint, timeout=10) as client:
+        # SIGINT at its default in the child: a runner started in the background by a script (scripts/mutate.py
+        # under nohup, say) ignores it, the child would inherit that, and Python then never raises
+        # KeyboardInterrupt, which is what a user's Ctrl-C gives.
         proc = subprocess.Popen(eval_command(suite, holder.endpoint, out, "--concurrency", "8"),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                                preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
         try:
             # Three answered and written, four in flight with nobody answering them.
             wait_for(lambda: proc.poll() is not None or (client.status()["kept"] == 4 and lines(out) == 3),
