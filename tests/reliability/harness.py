@@ -143,20 +143,26 @@ def worker_pids(endpoint: str) -> list[int]:
     return [w["pid"] for w in status(endpoint)["workers"]]
 
 
+def accounted(requests: dict) -> int:
+    """Requests a status's counts account for: replies (ok + error), and decide requests dropped unscored
+    because their client had left (departed: no reply, so in neither count)."""
+    return requests["ok"] + requests["error"] + requests.get("departed", 0)
+
+
 def answered_total(endpoint: str) -> int:
-    """Replies the daemon has counted so far (ok + error), this status call excluded."""
-    requests = status(endpoint)["requests"]
-    return requests["ok"] + requests["error"]
+    """Requests the daemon has accounted for so far (accounted), this status call excluded."""
+    return accounted(status(endpoint)["requests"])
 
 
 def wait_answered(endpoint: str, at_least: int, timeout: float) -> int:
-    """Wait until the daemon has counted `at_least` replies, besides these polls, and its queue is empty."""
+    """Wait until the daemon has accounted for `at_least` requests (replies, or dropped for a client that
+    left), besides these polls, and its queue is empty."""
     polls = 0
 
     def settled():
         nonlocal polls
         s = status(endpoint)
-        total = s["requests"]["ok"] + s["requests"]["error"] - polls   # each earlier poll was counted
+        total = accounted(s["requests"]) - polls   # each earlier poll was counted
         polls += 1
         idle = s["queue"]["depth"] == 0 and not any(w.get("inflight") for w in s["workers"])
         return total if total >= at_least and idle else 0

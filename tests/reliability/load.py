@@ -31,7 +31,7 @@ import zmq
 from jevany_daemon import workloads
 from jevany_daemon.parity import answer_problems, compare, worst
 
-from .harness import latency_summary, pack, status, stop_processes, unpack
+from .harness import accounted, latency_summary, pack, status, stop_processes, unpack
 
 REPLY_WITHIN_S = 300.0    # longest wait for any one reply before a request is declared lost
 MAX_DIFF = 1e-5
@@ -257,7 +257,8 @@ def collect(procs: list, out) -> list:
 
 
 def _settled_status(endpoint: str, before: dict, reports: list) -> dict:
-    # Abandoned requests may still be queued or scoring; wait until the daemon has answered them all.
+    # Abandoned requests may still be queued or scoring; wait until the daemon has accounted for them all
+    # (answered, or dropped unscored once their client had left).
     sent = sum(r["sent"] for r in reports)
     deadline = time.monotonic() + REPLY_WITHIN_S
     while True:
@@ -268,7 +269,7 @@ def _settled_status(endpoint: str, before: dict, reports: list) -> dict:
 
 
 def _counted(s: dict) -> int:
-    return s["requests"]["ok"] + s["requests"]["error"]
+    return accounted(s["requests"])
 
 
 def summarize(plan: LoadPlan, reports: list, elapsed: float, before: dict, after: dict) -> dict:
@@ -321,7 +322,7 @@ def problems(report: dict) -> list[str]:
     if report["replies"] + report["abandoned"] != report["sent"]:
         found.append(f"sent {report['sent']}, replies {report['replies']} + abandoned {report['abandoned']}")
     if report["daemon_counted"] != report["sent"]:
-        found.append(f"the daemon answered {report['daemon_counted']} messages, clients sent {report['sent']}")
+        found.append(f"the daemon accounted for {report['daemon_counted']} messages, clients sent {report['sent']}")
     parity = report["parity"]
     if not parity["max_abs_diff"] <= MAX_DIFF or parity["decisions_changed"]:    # NaN fails too
         found.append(f"answers differ from serial scoring: {parity}")

@@ -18,7 +18,7 @@ import textwrap
 
 import pytest
 
-from .harness import RawDealer, fd_count, rss_kb, status, wait_answered, wait_until
+from .harness import RawDealer, accounted, fd_count, rss_kb, status, wait_answered, wait_until
 from .overload import BODY, probe
 
 MIB = 1024   # kB
@@ -42,8 +42,7 @@ def transport_bytes() -> int:
 
 
 def counted(endpoint: str) -> int:
-    s = status(endpoint)
-    return s["requests"]["ok"] + s["requests"]["error"]
+    return accounted(status(endpoint)["requests"])
 
 
 def no_slower(before: dict, after: dict) -> bool:
