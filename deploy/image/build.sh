@@ -71,7 +71,7 @@ TAG=$VERSION-$FLAVOUR           # the layout's reference: jevany-daemon:TAG once
 export SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$ROOT" log -1 --format=%ct 2>/dev/null || echo 0)}
 CREATED=$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y-%m-%dT%H:%M:%SZ)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/jevany-image.XXXXXX")
-trap 'umount "$WORK/bundle/rootfs/proc" 2>/dev/null || true; rm -rf "$WORK"' EXIT
+trap 'umount "$WORK/bundle/rootfs/proc" 2>/dev/null || true; rm -rf --one-file-system "$WORK"' EXIT
 started=$SECONDS
 
 if [ -z "$WHEELS" ]; then
