@@ -9,10 +9,11 @@ each) to len(MUTATIONS). A module added or rewritten comes with entries of
 its own. The gateway's, the rest of the supervisor side's and the eval
 runner's with the client library's live in files of their own beside this one
 (mutations_gateway.py, mutations_server.py, mutations_eval.py), each pointing
-at the unit tests named after its modules; this file gathers them after its
-own.
+at the unit tests named after its modules, and the client's calls, routing and
+decode caps in mutations_calls.py; this file gathers them after its own.
 """
 from mutation_entry import ROOT, Mutation, m      # noqa: F401  (a held-out list imports m from here)
+from mutations_calls import MUTATIONS as CALLS_AND_ROUTING
 from mutations_eval import MUTATIONS as EVAL_AND_CLIENT
 from mutations_gateway import MUTATIONS as GATEWAY
 from mutations_server import MUTATIONS as SUPERVISOR_SIDE
@@ -23,19 +24,12 @@ SERVER = "jevany_daemon/server/"
 WORKER = "jevany_daemon/worker/"
 CLIENT = "client/jevany_client/"
 # The tests that cover each module, as few as catch its slips: each mutation runs them once.
-RETRIES = "tests/client/test_retries.py"
-PROMISES = "tests/client/test_client_promises.py"
-RESENDS = "tests/client/test_resends.py"
-CALLS = (RETRIES, PROMISES, RESENDS)     # a call's tries, whichever part of them a slip breaks
 WORKER_LOOP = "tests/worker/test_loop.py"
 GUARD = "tests/server/test_guard.py"
 HOSTILE_HTTP = "tests/server/test_hostile_http.py"
 JEV_API = "tests/server/test_jev_api.py"
 EVAL_SHARDS = "tests/client/test_eval_shards.py"
 GATHER = "tests/server/test_gather.py"
-ROUTING = "tests/client/test_routing.py"
-FLEET_ROUTING = "tests/client/test_fleet_routing.py"
-HOSTILE_PAYLOADS = "tests/client/test_hostile_payloads.py"
 HOSTILE_MEDIA = "tests/media/test_hostile_media.py"
 DISPATCH = "tests/server/test_dispatch.py"
 WORKER_MEDIA = tuple(f"{WORKER_LOOP}::test_{name}" for name in (
@@ -141,54 +135,6 @@ MUTATIONS = [
       SIGNALS),
     m("signals: a drain op after SIGTERM cancels the exit", SERVER + "run_state.py",
       "        self._exiting = self._exiting or exiting", "        self._exiting = exiting", SIGNALS),
-    # --- the client's retries (calls.py, client.py, async_client.py) ---------------------
-    m("retries: the deadline guard forgets the pause", CLIENT + "calls.py",
-      "            if deadline is not None and time.monotonic() + pause >= deadline:",
-      "            if deadline is not None and time.monotonic() >= deadline:", *CALLS),
-    m("retries: control ops sent again when a connection drops", CLIENT + "calls.py",
-      "                resends = self.retries if op in IDEMPOTENT else 0",
-      "                resends = self.retries", *CALLS),
-    m("retries: control ops retried on a retryable error", CLIENT + "calls.py",
-      "            if not todo or op not in IDEMPOTENT or attempt >= self.retries:",
-      "            if not todo or attempt >= self.retries:", *CALLS),
-    m("retries: one retry more than asked", CLIENT + "calls.py",
-      "            if not todo or op not in IDEMPOTENT or attempt >= self.retries:",
-      "            if not todo or op not in IDEMPOTENT or attempt > self.retries:", *CALLS),
-    m("retries: errors that are not retryable retried", CLIENT + "calls.py",
-      "    return isinstance(outcome, JevanyError) and outcome.retryable",
-      "    return isinstance(outcome, JevanyError)", *CALLS),
-    m("retries: pauses grow by 50 ms, not double", CLIENT + "calls.py",
-      "    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2**attempt) * random.uniform(0.5, 1.0)",
-      "    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * (attempt + 1)) * random.uniform(0.5, 1.0)", *CALLS),
-    m("retries: pauses not capped at 1 s", CLIENT + "calls.py",
-      "    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2**attempt) * random.uniform(0.5, 1.0)",
-      "    return BACKOFF_FIRST_S * 2**attempt * random.uniform(0.5, 1.0)", *CALLS),
-    m("retries: the jitter may take off the whole pause", CLIENT + "calls.py",
-      "    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2**attempt) * random.uniform(0.5, 1.0)",
-      "    return min(BACKOFF_MAX_S, BACKOFF_FIRST_S * 2**attempt) * random.uniform(0.0, 1.0)", *CALLS),
-    m("retries: the daemon told the call's whole timeout, not what is left", CLIENT + "calls.py",
-      "                    payload = yield from self._encode(rid, op, bodies[i], _daemon_ms(timeout_ms, left))",
-      "                    payload = yield from self._encode(rid, op, bodies[i], _daemon_ms(timeout_ms, wait))",
-      *CALLS),
-    m("retries: the time left sent in seconds, not milliseconds", CLIENT + "calls.py",
-      "        return None if left is None else math.ceil(left * 1000)",
-      "        return None if left is None else math.ceil(left)", *CALLS),
-    m("drops: resends past the retries bound (JevClient)", CLIENT + "client.py",
-      "            if self.resends_left[rid] > 0:",
-      "            if self.resends_left[rid] >= 0:", *CALLS),
-    m("drops: what a dropped connection held never sent again (JevClient)", CLIENT + "client.py",
-      "                self.unsent.append(rid)",
-      "                pass", *CALLS),
-    m("drops: resends past the retries bound (AsyncJevClient)", CLIENT + "async_client.py",
-      "            if entry.resends_left > 0:",
-      "            if entry.resends_left >= 0:", *CALLS),
-    m("replies: a timed-out request never sent counted as sent", CLIENT + "client.py",
-      "            self.outcomes[rid] = timeout_error(step, where, rid, rid in self.sent, self.unattributed)",
-      "            self.outcomes[rid] = timeout_error(step, where, rid, True, self.unattributed)",
-      "tests/client/test_client.py::test_unreachable_daemon_times_out_without_sending"),
-    m("replies: a daemon answering shutting_down stays in the pool (both clients: Peer.replies)",
-      CLIENT + "fleet.py", "                self.draining = True\n", "                pass\n",
-      FLEET_ROUTING + "::test_a_daemon_answering_shutting_down_leaves_the_pool_at_once"),
     # --- the worker's pipeline (worker/loop.py) ------------------------------------------
     m("worker: work taken ahead keeps no deadline", WORKER + "loop.py",
       "            held.append(Held(item.tag, None if item.left is None else sent + float(item.left), mine))",
@@ -251,65 +197,6 @@ MUTATIONS = [
       "            del self._answered[next(reversed(self._answered))]", GATHER),
     m("gather: a worker's answers noted only once their replies are sent", SERVER + "worker_events.py",
       "        self.gather.answered(entry[0].client, self.clock())", "        pass", GATHER),
-    # --- client routing (routing.py, fleet.py) -------------------------------------------
-    m("routing: least_loaded takes the more loaded of two", CLIENT + "routing.py",
-      "        return peers[a] if peers[a].load(now) <= peers[b].load(now) else peers[b]",
-      "        return peers[a] if peers[a].load(now) >= peers[b].load(now) else peers[b]", ROUTING),
-    m("routing: a load report never fades", CLIENT + "fleet.py",
-      "        fading = 0.5 ** (max(0.0, now - self.reported_at) / REPORT_HALF_LIFE_S)",
-      "        fading = 1.0", ROUTING),
-    m("routing: our own requests counted twice in a report", CLIENT + "fleet.py",
-      "        self.others = max(0, queue + inflight - len(self.pending))",
-      "        self.others = max(0, queue + inflight)", ROUTING),
-    m("routing: the affinity bound leaves out the request being placed", CLIENT + "routing.py",
-      "        bound = math.ceil(BALANCE_FACTOR * (sum(loads.values()) + 1) / len(loads))",
-      "        bound = math.ceil(BALANCE_FACTOR * sum(loads.values()) / len(loads))", ROUTING),
-    m("routing: a peer at its bound still takes the key", CLIENT + "routing.py",
-      "            if loads[name] + 1 <= bound:", "            if loads[name] <= bound:", ROUTING),
-    m("routing: round_robin stuck on one peer", CLIENT + "routing.py",
-      "        self._turn += 1", "        self._turn += 0", ROUTING),
-    m("routing: the affinity key digests the whole state", CLIENT + "routing.py",
-      "    return hashlib.sha256(bytes(head[:AFFINITY_PREFIX_BYTES])).hexdigest()[:16]",
-      "    return hashlib.sha256(bytes(head)).hexdigest()[:16]", ROUTING),
-    m("routing: the affinity key depends on key order", CLIENT + "routing.py",
-      "json.JSONEncoder(sort_keys=True,", "json.JSONEncoder(sort_keys=False,", ROUTING),
-    m("fleet: a draining daemon stays in the pool", CLIENT + "fleet.py",
-      "        return not (self.dropped or self.draining or self.retiring)",
-      "        return not (self.dropped or self.retiring)", ROUTING,
-      FLEET_ROUTING + "::test_a_daemon_answering_shutting_down_leaves_the_pool_at_once"),
-    m("fleet: with every daemon out, the draining ones are not used", CLIENT + "fleet.py",
-      "        return pool or [p for p in self.peers.values() if p.draining and not (p.dropped or p.retiring)]",
-      "        return pool", ROUTING),
-    m("fleet: a draining daemon that reconnects stays out", CLIENT + "fleet.py",
-      "        self.dropped = self.draining = False", "        self.dropped = False", ROUTING),
-    m("fleet: a retiring daemon closed while it holds requests", CLIENT + "fleet.py",
-      "        closing = [peer for peer in self.peers.values() if peer.retiring and not peer.pending]",
-      "        closing = [peer for peer in self.peers.values() if peer.retiring]", ROUTING),
-    m("fleet: a name's vanished address never retired", CLIENT + "fleet.py",
-      "                peer.retiring = endpoint not in wanted", "                peer.retiring = False", ROUTING,
-      FLEET_ROUTING + "::test_addresses_join_and_leave_as_the_records_change"),
-    # --- attack defences: decode caps (protocol.py) ---------------------------------------
-    m("caps: a map reaching the caps refused", CLIENT + "protocol.py",
-      "        self.values += len(pairs)\n        self.containers += 1\n"
-      "        if self.values > MAX_VALUES or self.containers > MAX_CONTAINERS:",
-      "        self.values += len(pairs)\n        self.containers += 1\n"
-      "        if self.values >= MAX_VALUES or self.containers >= MAX_CONTAINERS:", HOSTILE_PAYLOADS),
-    m("caps: arrays not counted as containers", CLIENT + "protocol.py",
-      "        self.values += len(items)\n        self.containers += 1\n",
-      "        self.values += len(items)\n", HOSTILE_PAYLOADS),
-    m("caps: maps' pairs not counted as values", CLIENT + "protocol.py",
-      "        self.values += len(pairs)\n", "        self.values += 1\n", HOSTILE_PAYLOADS),
-    # (decode_request's full decode; decode_envelope has a line of its own, alike)
-    m("caps: a refusal for the counts loses the id", CLIENT + "protocol.py",
-      "budget\n    except _TooMany:\n"
-      "        raise InvalidRequestError(_too_many_problem(), request_id=_salvage_id(payload)) from None",
-      "budget\n    except _TooMany:\n"
-      "        raise InvalidRequestError(_too_many_problem(), request_id=None) from None", HOSTILE_PAYLOADS),
-    m("caps: an id of 257 bytes accepted", CLIENT + "protocol.py",
-      "    return None if size <= MAX_ID_BYTES else", "    return None if size <= MAX_ID_BYTES + 1 else",
-      "tests/client/test_protocol.py"),
-    m("caps: the timestamp extension accepted", CLIENT + "protocol.py",
-      "    max_ext_len=0,\n", "    max_ext_len=1 << 20,\n", "tests/client/test_protocol.py"),
     # --- attack defences: media files (media/files.py) ------------------------------------
     m("media: a FIFO opened blocking", "jevany_daemon/media/files.py",
       "os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC", "os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC",
@@ -531,4 +418,4 @@ MUTATIONS = [
     m("eval report: an item that failed counted as not done", CLIENT + "eval/report.py",
       '                  "not_done": len(items) - len(records)},', '                  "not_done": len(items) - answered},',
       "tests/client/test_eval_metrics.py"),
-] + GATEWAY + SUPERVISOR_SIDE + EVAL_AND_CLIENT
+] + CALLS_AND_ROUTING + GATEWAY + SUPERVISOR_SIDE + EVAL_AND_CLIENT
