@@ -13,6 +13,7 @@ channel.py         the records the supervisor and its workers exchange, named on
 logs.py            one key=value line per event, and rate-limited events, for every process
 inherited_settings.py  settings to child processes through an inherited descriptor, not argv
 tenants.py         whose requests may share the prefix cache: a salt from a key, a uid or a token
+withdrawals.py     the gateway's word that an HTTP caller left before its answer, to the supervisor
 http_options.py    the HTTP settings' words: the dialects, how CORS origins are written
 server/            the supervisor process; server/settings.py holds the daemon's own settings
 worker/            the worker process: the model, the engine's loop

@@ -7,6 +7,7 @@ the supervisor never imports an HTTP stack.
 
     shapes.py       JevAny's request body as pydantic models (its 422s, our OpenAPI)
     upstream.py     one DEALER to the supervisor, many requests in flight over it
+    departures.py   a caller that closes its connection while it waits: the wait ends, its request withdrawn
     replies.py      protocol error codes → HTTP status, headers and detail
     jevany_view.py  the /v1/models entry and the answer headers, in JevAny's shapes
     dialects.py     where JevAny's API and TypeSafe's Jev API differ: answer and error bodies (--http-dialect)

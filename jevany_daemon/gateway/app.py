@@ -32,6 +32,7 @@ from jevany_daemon.http_options import cors_origins
 from . import assets
 from .bulk import DEFAULT_IN_FLIGHT, MAX_IN_FLIGHT, MEDIA_TYPE, BulkStream
 from .decisions import DecisionsRequest, usage as decisions_usage
+from .departures import CallerGone, while_connected
 from .dialects import OPENAI, answer_body, error_body
 from .field_headers import REQUEST_ID_HEADER, FieldHeaders
 from .guard import RequestGuard, dialect_for
@@ -45,6 +46,7 @@ from .upstream import TooLarge, Upstream
 READY_POLL_S = 0.25       # how often /v1 routes learn, while the model loads, whether it is ready
 STATUS_WAIT_S = 5.0       # /health, /v1/models: a daemon that does not answer this fast is unavailable
 DECIDE_WAIT_S = 600.0     # without a timeout header, the longest an HTTP caller waits on the daemon
+CLIENT_CLOSED = 499       # the status of an answer to a caller who left (nginx's): logged, never read
 
 
 class Gateway:
@@ -131,8 +133,9 @@ def create_app(gateway: Gateway) -> FastAPI:
         response.headers.update(exc.headers or {})
         return response
 
-    async def decide(body: dict, timeout_ms: str | None, dialect: str) -> dict | JSONResponse:
-        """A decide request through the daemon's queue: its result, or the error response to send."""
+    async def decide(body: dict, timeout_ms: str | None, dialect: str, receive) -> dict | Response:
+        """A decide request through the daemon's queue: its result, or the error response to send (one
+        nobody reads if the caller leaves first: its request is then withdrawn, departures.py)."""
         if not await gateway.is_ready():
             return error_response("not_ready", "model is not ready", dialect)
         try:
@@ -141,7 +144,10 @@ def create_app(gateway: Gateway) -> FastAPI:
             return error_response("invalid_request", str(exc), dialect)
         wait_s = DECIDE_WAIT_S if timeout is None else timeout / 1000 + DECIDE_WAIT_S
         try:
-            return await gateway.upstream.call("decide", body, timeout_ms=timeout, wait_s=wait_s)
+            return await while_connected(receive, gateway.upstream.call("decide", body, timeout_ms=timeout,
+                                                                        wait_s=wait_s))
+        except CallerGone:
+            return Response(status_code=CLIENT_CLOSED)
         except TooLarge as exc:
             return error_response("invalid_request", str(exc), dialect, status=413)
         except JevanyError as exc:
@@ -166,17 +172,17 @@ def create_app(gateway: Gateway) -> FastAPI:
             except InvalidRequestError as exc:
                 return error_response(exc.code, exc.message, gateway.dialect, loc=["body", "assets"])
         try:
-            result = await decide(request.to_body(uploaded), timeout_ms, gateway.dialect)
+            result = await decide(request.to_body(uploaded), timeout_ms, gateway.dialect, http.receive)
         finally:
             gateway.uploads.remove(uploaded)       # the worker has its own copy by the time it answers
-        if isinstance(result, JSONResponse):
+        if isinstance(result, Response):
             return result
         # Already plain JSON types (msgpack's); straight to the encoder, which refuses NaN.
         return JSONResponse(answer_body(result, gateway.dialect, wants_additions(additions)),
                             headers=answer_headers(result))
 
     @app.post(DECISIONS_PATH)
-    async def decisions(request: DecisionsRequest,
+    async def decisions(request: DecisionsRequest, http: Request,
                         timeout_ms: str | None = Header(default=None, alias=TIMEOUT_HEADER,
                                                         description="Give up unless scoring begins within "
                                                                     "this many milliseconds (504).")):
@@ -185,8 +191,8 @@ def create_app(gateway: Gateway) -> FastAPI:
             return error_response("unsupported_media", "input_image parts are not served: this daemon reads "
                                   "media by path under its --media-root (JevAny's media entries on "
                                   "/v1/systemone)", OPENAI, loc=["body", "input"])
-        result = await decide(request.to_body(), timeout_ms, OPENAI)
-        if isinstance(result, JSONResponse):
+        result = await decide(request.to_body(), timeout_ms, OPENAI, http.receive)
+        if isinstance(result, Response):
             return result
         shown = answer_body(result, gateway.dialect, additions=False)["answers"]
         return JSONResponse({"model": result["model"], "answers": request.answers(result["answers"], shown),

@@ -23,6 +23,8 @@ from jevany_client.calls import has_message
 from jevany_client.errors import InvalidRequestError, JevTimeoutError, OverloadedError, error_from_wire
 from jevany_client.protocol import encode_request
 
+from jevany_daemon import withdrawals
+
 
 class Upstream:
     def __init__(self, endpoint: str, max_message_bytes: int, tenant: bytes | None = None):
@@ -73,11 +75,24 @@ class Upstream:
             reply = await asyncio.wait_for(future, wait_s)
         except asyncio.TimeoutError:
             raise JevTimeoutError(f"no reply from the daemon within {wait_s:g}s") from None
+        except asyncio.CancelledError:
+            # Its caller has gone (the route stopped waiting): a request still queued costs no work.
+            # (wait_for cancels the future it waited on; one with a result was answered already.)
+            if op == "decide" and (future.cancelled() or not future.done()):
+                self._withdraw(rid)
+            raise
         finally:
             self._waiting.pop(rid, None)
         if reply.get("ok"):
             return reply["result"]
         raise error_from_wire(reply.get("error"))
+
+    def _withdraw(self, rid: int) -> None:
+        try:
+            self.sock.send_multipart([*self.prefix, withdrawals.encode(rid)], zmq.NOBLOCK)
+        except zmq.ZMQError:    # the pipe is full or the socket closing: the request is scored, as before
+            pass
+        self._drain()
 
     def _drain(self) -> None:
         while has_message(self.sock):

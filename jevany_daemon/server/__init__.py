@@ -32,5 +32,6 @@ jevany_options.py  JevAny's serve options and variables: taken where they mean o
 
 Nothing here imports torch, so a CUDA fault cannot take the sockets down. What both sides
 share is in jevany_daemon/: the supervisor ↔ worker records (channel.py), logs.py, the
-settings handed to child processes (inherited_settings.py) and tenants.py.
+settings handed to child processes (inherited_settings.py), tenants.py and the gateway's
+withdrawals (withdrawals.py).
 """

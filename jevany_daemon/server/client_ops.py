@@ -24,7 +24,7 @@ from jevany_client.protocol import CONTROL_OPS, Request, decode_envelope, decode
 from jevany_client.schema import Media, parse_decision, parse_media
 
 from jevany_daemon import __version__
-from jevany_daemon import channel
+from jevany_daemon import channel, withdrawals
 
 from .peers import may_control
 from .request_queue import Entry
@@ -79,6 +79,10 @@ class ClientOps:
 
     def handle(self, sock, envelope: list, payload: bytes) -> None:
         received = self.clock()
+        if payload[:1] == withdrawals.MARK and self.replies.transport(sock) == "http":
+            if (rid := withdrawals.decode(payload)) is not None:
+                self.withdraw(envelope, rid)
+                return
         try:
             request = decoded(payload)
         except JevanyError as exc:
@@ -155,6 +159,17 @@ class ClientOps:
         takes = f"takes {', '.join(types)}" if types else "is served for text only"
         return (f"media is disabled: model {model_id} {takes}, and the server operator has set no media root "
                 "(--media-root, or JEVANY_MEDIA_ROOT)")
+
+    def withdraw(self, envelope: list, rid: int) -> None:
+        """An HTTP caller closed its connection before its answer (withdrawals.py): its request, if still
+        queued, is dropped unscored, as a departed ZeroMQ client's is. One a worker holds is scored and
+        its answer dropped by the gateway; one being checked for media is scored too (rare, and short)."""
+        gateway = envelope[0]      # the gateway's connection: a restarted gateway counts its ids afresh
+        entry = self.queue.withdraw(lambda e: e.id == rid and e.transport == "http" and e.envelope[0] == gateway)
+        if entry is not None:
+            self.replies.departed(entry)
+        else:
+            self.replies.withdrawn_late()
 
     def media_checked(self, entry: Entry, ok: bool, outcome) -> None:
         """A checked media request joins the queue (with its resolved files), or gets the policy's refusal.

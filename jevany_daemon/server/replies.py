@@ -55,12 +55,17 @@ class Replies:
         self.send(entry.sock, entry.envelope, self.with_load(error_reply(entry.id, err)))
 
     def departed(self, entry: Entry) -> None:
-        """A queued request whose client disconnected: dropped unscored, with no reply (nobody would read
+        """A queued request whose client disconnected (an HTTP caller: withdrew it): dropped unscored, with no reply (nobody would read
         it); counted apart from replies, so the outcomes still add up to the replies sent."""
         self.counters.departed += 1
         self.metrics.departed.inc()
         if self.settings().log_requests:
-            event(log, "request", id=entry.id, outcome="departed")
+            event(log, "request", id=entry.id, outcome="departed", transport=entry.transport)
+
+    def withdrawn_late(self) -> None:
+        """An HTTP caller left after its request was handed to a worker: scored for nobody. Counted, as the
+        work a departure still costs; the gateway drops the answer."""
+        self.counters.withdrawn_late += 1
 
     def with_load(self, reply: dict) -> dict:
         """A decide reply carries this daemon's load (PROTOCOL.md, "load"): what clients routing

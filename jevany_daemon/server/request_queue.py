@@ -59,6 +59,15 @@ class RequestQueue:
         self._with_deadline -= sum(e.deadline is not None for e in taken)
         return taken
 
+    def withdraw(self, match) -> Entry | None:
+        """The first queued entry for which match(entry) holds, taken out of the queue; None if none does."""
+        for i, entry in enumerate(self._entries):
+            if match(entry):
+                del self._entries[i]
+                self._with_deadline -= entry.deadline is not None
+                return entry
+        return None
+
     def take_expired(self, now: float) -> list[Entry]:
         if not self._with_deadline:
             return []

@@ -48,6 +48,7 @@ class Counters:
         self._latency: deque = deque(maxlen=LATENCY_WINDOW)
         self.waited_for_load = 0   # decide replies to requests that came while the model loaded
         self.departed = 0          # decide requests dropped unscored, their client gone (Replies.departed)
+        self.withdrawn_late = 0    # HTTP decide requests whose caller left while a worker held them
 
     def record(self, op: str | None, code: str | None, latency_s: float | None = None,
                transport: str = "zmq", before_ready: bool = False) -> None:
@@ -68,7 +69,7 @@ class Counters:
     def requests(self) -> dict:
         return {"ok": self.ok, "error": self.error, "by_error_code": dict(self.by_code),
                 "by_op": dict(self.by_op), "decide_by_transport": dict(self.decide_by_transport),
-                "departed": self.departed}
+                "departed": self.departed, "withdrawn_late": self.withdrawn_late}
 
     def latency_ms(self) -> dict:
         ordered = sorted(self._latency)

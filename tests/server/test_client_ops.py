@@ -6,6 +6,7 @@ import pytest
 from jevany_client.errors import InvalidMessageError
 from jevany_client.protocol import encode_request
 
+from jevany_daemon import withdrawals
 from jevany_daemon.server.client_ops import CHECKED_WHOLE_BYTES, ClientOps, decoded
 from jevany_daemon.server.request_queue import RequestQueue
 from jevany_daemon.server.run_state import RunState
@@ -29,15 +30,24 @@ def test_a_message_of_exactly_the_checked_size_is_decoded_whole_and_one_byte_mor
         decoded(ping_of(CHECKED_WHOLE_BYTES + 1))
 
 
+GATEWAY = "the gateway's socket"
+
+
 class Replies:
     def __init__(self):
-        self.refused = []
+        self.refused, self.departed_ids, self.late = [], [], 0
 
     def refuse(self, sock, envelope, op, rid, err):
         self.refused.append((rid, err.code))
 
     def transport(self, sock):
-        return "zmq"
+        return "http" if sock is GATEWAY else "zmq"
+
+    def departed(self, entry):
+        self.departed_ids.append((entry.envelope[0], entry.id))
+
+    def withdrawn_late(self):
+        self.late += 1
 
 
 def ops_with(queue, run_state, checking: int = 0):
@@ -67,3 +77,35 @@ def test_a_request_that_came_while_the_model_loaded_is_marked_so_and_its_deadlin
     run_state.ready()
     ops.handle(None, [b"c"], encode_request("b", "decide", DECIDE))
     assert [(e.id, e.before_ready, e.deadline) for e in queue] == [("a", True, 6.5), ("b", False, None)]
+
+
+def test_a_withdrawal_takes_out_only_its_own_gateway_connections_request_and_one_too_late_is_counted():
+    queue, run_state = RequestQueue(max_depth=8), RunState(0.0)
+    run_state.ready()
+    ops, replies = ops_with(queue, run_state)
+    ops.handle(GATEWAY, [b"old-gateway"], encode_request(7, "decide", DECIDE))   # a gateway since restarted
+    ops.handle(None, [b"zmq-client"], encode_request(7, "decide", DECIDE))
+    ops.handle(GATEWAY, [b"gateway"], encode_request(6, "decide", DECIDE, timeout_ms=100))
+    ops.handle(GATEWAY, [b"gateway"], encode_request(7, "decide", DECIDE, timeout_ms=100))
+    ops.handle(GATEWAY, [b"gateway"], withdrawals.encode(7))
+    assert replies.departed_ids == [(b"gateway", 7)] and replies.late == 0
+    assert [(e.envelope[0], e.id) for e in queue] == [(b"old-gateway", 7), (b"zmq-client", 7), (b"gateway", 6)]
+    assert queue.next_deadline() == 5.1          # the withdrawn one's deadline left with it; its neighbour's stays
+    ops.handle(GATEWAY, [b"gateway"], withdrawals.encode(7))       # in a pass by now, or answered
+    assert replies.late == 1 and len(queue) == 3 and replies.refused == []
+
+
+def test_a_withdrawal_from_a_zeromq_client_is_an_unreadable_message_and_takes_nothing():
+    queue, run_state = RequestQueue(max_depth=8), RunState(0.0)
+    run_state.ready()
+    ops, replies = ops_with(queue, run_state)
+    ops.handle(None, [b"c"], encode_request(3, "decide", DECIDE))
+    ops.handle(None, [b"c"], withdrawals.encode(3))
+    assert len(queue) == 1 and replies.departed_ids == [] and replies.refused == [(None, "invalid_message")]
+
+
+@pytest.mark.parametrize("payload", [withdrawals.MARK, withdrawals.MARK + b"\xc3", withdrawals.MARK + b"\xa1x",
+                                     withdrawals.MARK + b"\x01\x02", encode_request(3, "ping")])
+def test_only_a_mark_then_one_integer_is_a_withdrawal(payload):
+    assert withdrawals.decode(payload) is None
+    assert withdrawals.decode(withdrawals.encode(2**40)) == 2**40

@@ -1,9 +1,12 @@
 """No work for the departed: a queued decide request whose ZeroMQ client has disconnected is dropped
-before it is scored (supervisor.take_live), counted in status and metrics; a live client's never is.
+before it is scored (supervisor.take_live), as is one whose HTTP caller closed its connection (the
+gateway withdraws it), counted in status and metrics; a live client's never is.
 
 Real daemon, real sockets: the worker is frozen (SIGSTOP) so requests stay queued while a client
 leaves, then resumed.
 """
+import json
+import socket
 import urllib.request
 from types import SimpleNamespace
 
@@ -13,6 +16,7 @@ from jevany_daemon.server.request_queue import Entry
 from jevany_daemon.server.supervisor import Supervisor
 
 from .daemons import wait_for
+from .http_proc import free_port, healthy
 from .shared_daemons import Raw, frozen, serving_worker
 
 TEXT = {"state": {"ticket": "parcel lost"}, "questions": {"u": {"type": "noul"}}}
@@ -87,3 +91,64 @@ def test_a_pass_is_filled_from_behind_departed_requests_and_none_of_them_is_hand
     assert handed == [[1, 3, 4]] and departed == [2]          # one more taken for the one dropped, no more
     sup.dispatch()
     assert handed[1] == [6, 7, 8] and departed == [2, 5] and len(sup.queue) == 0
+
+
+# --- HTTP callers: the gateway withdraws the request of a caller who closed its connection ---------
+
+BODY = json.dumps({"state": "parcel lost", "questions": {"u": {"type": "noul"}}}).encode()
+
+
+def _post(port: int) -> socket.socket:
+    """A raw HTTP request on a connection of its own, its answer not read."""
+    conn = socket.create_connection(("127.0.0.1", port), timeout=30)
+    conn.sendall(b"POST /v1/systemone HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                 b"Content-Length: %d\r\n\r\n%s" % (len(BODY), BODY))
+    return conn
+
+
+def _status_of(conn: socket.socket) -> int:
+    return int(conn.makefile("rb").readline().split()[1])
+
+
+def test_an_http_caller_who_closes_has_its_queued_request_dropped_and_the_live_callers_are_answered(
+        start_daemon):
+    port = free_port()
+    daemon = start_daemon("--http", f"127.0.0.1:{port}", "--max-batch-size", "32", "--heartbeat-timeout", "300",
+                          "--metrics-port", "0", readout="choice")
+    wait_for(lambda: healthy(port), 60, "the gateway answering /health")
+    worker = serving_worker(daemon)
+    with frozen(worker["pid"]):
+        first = _post(port)
+        wait_for(lambda: _held(daemon) == 1, 30, "the live caller's first request at the worker")
+        leaving = [_post(port) for _ in range(5)]
+        wait_for(lambda: _held(daemon) == 6, 30, "the leaving callers' requests queued")
+        for conn in leaving:
+            conn.close()
+        wait_for(lambda: daemon.status()["requests"]["departed"] == 5, 30, "the five withdrawn")
+        assert _held(daemon) == 1
+        second = _post(port)
+        wait_for(lambda: _held(daemon) == 2, 30, "the live caller's second request queued")
+    assert _status_of(first) == 200 and _status_of(second) == 200
+    first.close(), second.close()
+    status = daemon.status()
+    assert status["requests"]["departed"] == 5 and status["requests"]["withdrawn_late"] == 0
+    assert status["batching"]["requests"] == 2, "the worker scored a departed caller's request"
+    metrics = urllib.request.urlopen(status["metrics"], timeout=30).read().decode()
+    assert "jevany_requests_departed_total 5.0" in metrics
+
+
+def test_an_http_caller_who_closes_once_a_worker_holds_its_request_has_it_scored_and_counted(start_daemon):
+    port = free_port()
+    daemon = start_daemon("--http", f"127.0.0.1:{port}", "--max-batch-size", "32", "--heartbeat-timeout", "300",
+                          readout="choice")
+    wait_for(lambda: healthy(port), 60, "the gateway answering /health")
+    worker = serving_worker(daemon)
+    with frozen(worker["pid"]):
+        conn = _post(port)
+        wait_for(lambda: _held(daemon) == 1, 30, "the request at the worker")
+        conn.close()
+        wait_for(lambda: daemon.status()["requests"]["withdrawn_late"] == 1, 30, "the late withdrawal")
+    wait_for(lambda: _held(daemon) == 0, 30, "the request scored")
+    status = daemon.status()
+    assert status["requests"]["departed"] == 0 and status["batching"]["requests"] == 1
+    assert _status_of(_post(port)) == 200, "the gateway serves on after an answer nobody waited for"

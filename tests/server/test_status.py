@@ -29,7 +29,7 @@ def test_outcomes_are_counted_by_op_and_code_and_only_decide_by_transport():
     assert counters.requests() == {
         "ok": 2, "error": 2, "by_error_code": {"overloaded": 1, "invalid_message": 1},
         "by_op": {"decide": 2, "status": 1, "unreadable": 1}, "decide_by_transport": {"zmq": 1, "http": 1},
-        "departed": 0}
+        "departed": 0, "withdrawn_late": 0}
 
 
 def test_batching_sums_the_workers_and_orders_the_histogram_by_size():
