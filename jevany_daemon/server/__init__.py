@@ -8,6 +8,7 @@ run_state.py   where the run stands (starting, ready, draining, drained), how it
 replies.py     each reply counted, logged where asked, and sent to whoever asked, a decide reply with the load
 request_queue.py  the bounded request queue and deadlines
 gather.py      GPU-aware group commit: when a free worker waits for clients just answered
+pace.py        each worker's pace against its own best: a worker slowing down by itself, said and replaced
 pool.py        every worker process, by generation (serving, incoming during a reload, retiring)
 worker_handle.py  one worker as the supervisor sees it: hand-over, heartbeat and batch deadlines, exit causes
 device_names.py  device names, counting GPUs without torch, which GPUs each worker is shown

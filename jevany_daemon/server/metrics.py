@@ -23,8 +23,14 @@ class Metrics:
                                 "transport (zmq, or http through the gateway).",
                                 ["op", "outcome", "transport"], registry=r)
         self.departed = Counter("jevany_requests_departed", "decide requests dropped from the queue unscored: "
-                                "their ZeroMQ client had disconnected, so nobody would read the answer.",
+                                "their ZeroMQ client had disconnected, or their HTTP caller "
+                                "closed its connection, so nobody would read the answer.",
                                 registry=r)
+        self.pace_ratio = Gauge("jevany_worker_pace_ratio", "Each serving worker's recent ms per padded token "
+                                "over its own best at the same pass shape: 1 at its best (NaN: not measured).",
+                                ["worker"], registry=r)
+        self.slow_workers = Counter("jevany_workers_slow", "Times a worker ran at least twice as slow as its own "
+                                    "best for a minute (log event worker_slow).", registry=r)
         self.mixed_batches = Counter("jevany_mixed_transport_batches", "Forward passes that held both HTTP and "
                                      "ZeroMQ requests.", registry=r)
         self.queue_depth = Gauge("jevany_queue_depth", "decide requests waiting for a worker.", registry=r)
@@ -80,6 +86,9 @@ class Metrics:
 
     def reply(self, op: str | None, code: str | None, transport: str = "zmq") -> None:
         self.requests.labels(op or "unreadable", code or "ok", transport).inc()
+
+    def pace(self, slot: int, ratio: float | None) -> None:
+        self.pace_ratio.labels(str(slot)).set(float("nan") if ratio is None else ratio)
 
     def batches(self, records: list) -> None:
         """records: a worker's passes (channel.PassRecord), sent with its results."""

@@ -46,7 +46,9 @@ class Reloads:
         self.current: Reload | None = None
         self.last: dict | None = None
 
-    def begin(self, cause: str, waiter=None) -> None:
+    def begin(self, cause: str, waiter=None, same_settings: bool = False) -> None:
+        """Start a reload; same_settings: replace the workers with the settings they serve with, not the
+        ones read again (a replacement the daemon decided on must not apply a half-edited config)."""
         if self.current is not None:     # one at a time; a second asker hears how the running one ends
             self.current.waiters += [waiter] if waiter else []
             return
@@ -57,7 +59,8 @@ class Reloads:
             err_cls = ShuttingDownError if stopping else InternalError
             return self._refuse(waiter, cause, err_cls(f"reload refused: {why}"))
         try:
-            settings, needs_restart = self.settings().with_reloaded(self.fresh_settings())
+            settings, needs_restart = ((self.settings(), []) if same_settings
+                                       else self.settings().with_reloaded(self.fresh_settings()))
         except SettingsError as exc:
             return self._refuse(waiter, cause, InternalError(f"reload refused: {exc}"))
         if self.zap is not None:

@@ -124,6 +124,10 @@ class ServeSettings:
         8 << 20, "Bigger messages are refused by ZeroMQ before the daemon reads them.", group="service",
         rule=integer(1))
     log_requests: bool = setting(False, "One log line per request.", group="service")
+    replace_slow_workers: bool = reloadable(
+        False, "Replace a worker that has run at least twice as slow as its own best for a minute, as a reload "
+        "does (no request is lost); at most once in ten minutes. Off: such a worker is only reported "
+        "(log event worker_slow, status, metrics).", group="service")
     # Off by default: a hit tells one client what another sent (status.py).
     public_cache_counters: bool = setting(
         False, "Show the prefix cache's hits and misses on the public endpoints and /v1/models, as JevAny does. "

@@ -4,7 +4,8 @@ Each turn of the loop runs the same phases, in order:
 
     wait → handle signals → authenticate → receive from clients (a time budget, inbox.py)
          → receive from workers → expire deadlines → dispatch to idle workers → send answers
-         → watch workers (their messages read first) → guard descriptors (fds.py)
+         → watch workers (their messages read first) → watch their pace (pace.py)
+         → guard descriptors (fds.py)
          → advance a reload → finish a drain → report (systemd, metrics, throttled logs)
 
 The phases are here; what they hand on has rooms of its own beside the loop:
@@ -42,6 +43,7 @@ from .cache_clears import CacheClears
 from .client_ops import ClientOps
 from .gather import Gather
 from .metrics import Metrics
+from .pace import PaceWatch
 from .peers import UNWATCHED
 from .reload import Reloads
 from .replies import Replies
@@ -74,6 +76,7 @@ class Supervisor:
         self.run_state = RunState(started=clock())
         self.clears = CacheClears()        # control clients awaiting clear_cache's count
         self.gather = Gather()             # when a free worker waits for answered clients (GPU-aware)
+        self.pace_watch = PaceWatch(self.metrics)    # each serving worker's pace against its own best
         self.wiring: lifecycle.Wiring | None = None     # what the loop runs on, once started
         self._gather_until: float | None = None
         self._next_report = self._next_watchdog = clock()
@@ -132,6 +135,7 @@ class Supervisor:
         self.dispatch()
         self.send_answers()
         self.watch_workers()
+        self.watch_pace()
         self.guard_fds()
         self.advance_reload()
         self.finish_drain()
@@ -270,6 +274,13 @@ class Supervisor:
         if w.gateway is not None:
             # While stopping, one that exits is reaped but not started again.
             w.gateway.watch(restart=not self.run_state.stopping)
+
+    def watch_pace(self) -> None:
+        may_replace = (self.settings.replace_slow_workers and self.reloads.current is None
+                       and self.run_state.state == READY)
+        cause = self.pace_watch.check(self.wiring.pool.serving(), self.clock(), may_replace)
+        if cause is not None:
+            self.reloads.begin(cause, same_settings=True)
 
     def guard_fds(self) -> None:
         self.wiring.peers.read()

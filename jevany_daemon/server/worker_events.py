@@ -101,6 +101,7 @@ class WorkerEvents:
         worker.take_stats(stats)
         self.metrics.batches(batches)
         self.gather.passes(batches)
+        worker.pace.passes(batches, self.clock())
         self.counters.mixed_batches += sum(1 for b in map(channel.PassRecord.read, batches) if len(b.origins) > 1)
         for answer in map(channel.Answer._make, results):
             entry = worker.inflight.pop(answer.tag, None)

@@ -10,6 +10,7 @@ from jevany_daemon import channel
 from jevany_daemon.inherited_settings import settings_fd
 
 from .device_names import worker_view
+from .pace import Pace
 from .request_queue import Entry
 from .sdnotify import worker_environment
 
@@ -44,6 +45,7 @@ class WorkerHandle:
     sentinel: int | None = None      # a pidfd: readable the moment the process exits
     handed: int = 0                  # hand-overs sent; the worker's RESULTS say which it had read
     overlaps: bool = False           # its host works while its device runs (from its hello): it may prefetch
+    pace: Pace = field(default_factory=Pace)    # how fast it scores against its own best (pace.py)
 
     @property
     def identity(self) -> bytes:
@@ -138,7 +140,8 @@ class WorkerHandle:
     def describe(self, role: str) -> dict:
         return {"index": self.slot, "pid": self.proc.pid, "device": self.device, "state": self.state,
                 "role": role, "generation": self.generation, "restarts": self.restarts,
-                "requests": self.requests, "inflight": len(self.inflight), "device_info": self.device_info}
+                "requests": self.requests, "inflight": len(self.inflight), "device_info": self.device_info,
+                "pace": self.pace.describe()}
 
 
 def spawn(slot: int, serial: int, generation: int, backend: str, settings: dict, now: float) -> WorkerHandle:

@@ -171,3 +171,20 @@ def test_a_draining_daemon_refuses_a_reload_as_shutting_down():
     reloads.begin("reload op", waiter=("sock", [b"a"], "r"))
     assert reloads.current is None and reloads.pool.workers == []
     assert [(r["id"], r["error"]["code"]) for r in sent] == [("r", "shutting_down")]
+
+
+def test_a_replacement_the_daemon_decided_on_keeps_the_serving_settings_and_reads_no_new_ones():
+    from jevany_daemon.server.run_state import RunState
+    from jevany_daemon.server.settings import SettingsError
+
+    run_state = RunState(0.0)
+    run_state.ready()
+    reloads, _ = _reloads(run_state)
+
+    def half_edited():
+        raise SettingsError("config.toml: a half-edited file")
+
+    reloads.fresh_settings = half_edited
+    reloads.begin("worker 0 slow", same_settings=True)
+    assert reloads.current is not None and reloads.current.settings == reloads.settings()
+    assert reloads.current.needs_restart == [] and len(reloads.pool.workers) == 2
