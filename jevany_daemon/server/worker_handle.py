@@ -46,6 +46,7 @@ class WorkerHandle:
     handed: int = 0                  # hand-overs sent; the worker's RESULTS say which it had read
     overlaps: bool = False           # its host works while its device runs (from its hello): it may prefetch
     pace: Pace = field(default_factory=Pace)    # how fast it scores against its own best (pace.py)
+    collector: dict | None = None    # its Python collector's totals, as it last reported them
 
     @property
     def identity(self) -> bytes:
@@ -131,6 +132,7 @@ class WorkerHandle:
         """An EARLY or RESULTS message's statistics; a device report travels with them when the worker sends one."""
         stats = dict(stats or {})
         self.note_device_info(stats.pop("device_info", None))
+        self.collector = stats.pop("collector", self.collector)
         self.stats = stats
 
     def note_device_info(self, info) -> None:
@@ -141,7 +143,7 @@ class WorkerHandle:
         return {"index": self.slot, "pid": self.proc.pid, "device": self.device, "state": self.state,
                 "role": role, "generation": self.generation, "restarts": self.restarts,
                 "requests": self.requests, "inflight": len(self.inflight), "device_info": self.device_info,
-                "pace": self.pace.describe()}
+                "pace": self.pace.describe(), "collector": self.collector}
 
 
 def spawn(slot: int, serial: int, generation: int, backend: str, settings: dict, now: float) -> WorkerHandle:

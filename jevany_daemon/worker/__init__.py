@@ -9,4 +9,5 @@ process.py  the process: settings read from an inherited descriptor, the model l
             warmed, then the loop; heartbeats, exit codes
 loop.py     its one loop: receive, admit, launch, collect, answer, a pass on the device while
             the host works around it
+collector.py  Python's cyclic collector as the worker sees it: collections and their time
 """

@@ -46,8 +46,9 @@ PARENT_CHECK_MS = 1000
 
 
 class WorkerLoop:
-    def __init__(self, sock, engine, batches: list, parent: int):
+    def __init__(self, sock, engine, batches: list, parent: int, collector=None):
         self.sock, self.engine, self.batches, self.parent = sock, engine, batches, parent
+        self.collector = collector      # collector.CollectorWatch: its totals go with the statistics
         self.received: list = []        # hand-over items not admitted yet
         self.queue: deque = deque()     # admitted, as Pending (item: Admitted), waiting for a pass
         self.held: dict[int, Held] = {}     # id(Admitted) -> what the worker keeps of it until it is answered
@@ -204,7 +205,10 @@ class WorkerLoop:
         records = [channel.PassRecord(r.size, r.padded_tokens, r.real_tokens, r.latency_ms, r.ok, list(r.origins))
                    for r in self.batches]
         self.batches.clear()
-        self.sock.send(channel.encode(kind, answers, self.engine.statistics(), records, self.seq))
+        stats = self.engine.statistics()
+        if self.collector is not None:
+            stats["collector"] = self.collector.as_dict()
+        self.sock.send(channel.encode(kind, answers, stats, records, self.seq))
 
 
 def _body(payload: bytes, media, copies: PrivateCopies) -> dict:

@@ -27,6 +27,7 @@ from jevany_daemon.engine.shape_plan import PlanTooLarge
 from jevany_daemon.inherited_settings import read_settings
 from jevany_daemon.logs import configure_logging, event
 
+from .collector import CollectorWatch
 from .loop import WorkerLoop
 
 log = logging.getLogger("jevany.worker")
@@ -226,9 +227,11 @@ def main(argv=None) -> int:
                                              "load_s": round(time.monotonic() - started, 3),
                                              "device_info": engine.device_info(),
                                              "overlaps": engine.asynchronous}))
+    collector = CollectorWatch()      # from here: the warm-up's collections are not traffic's
     try:
-        return WorkerLoop(sock, engine, batches, parent).run()
+        return WorkerLoop(sock, engine, batches, parent, collector).run()
     finally:
+        collector.close()
         heartbeat.stopped.set()
         heartbeat.join()
         sock.close()

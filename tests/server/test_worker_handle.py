@@ -153,6 +153,16 @@ def test_the_device_report_rides_with_hello_and_results():
     assert stats["device_info"]["name"] == "NVIDIA H200"                  # the message itself is left alone
 
 
+def test_the_collector_totals_ride_with_results_and_stay_out_of_the_statistics():
+    worker = handle()
+    assert worker.describe("serving")["collector"] is None
+    collector = {"collections": [40, 3, 1], "seconds": [0.01, 0.002, 0.03], "longest_ms": 30.0}
+    worker.take_stats({"batches": 3, "requests": 7, "collector": collector})
+    assert worker.stats == {"batches": 3, "requests": 7}
+    worker.take_stats({"batches": 4, "requests": 9})                      # a message without them keeps the last
+    assert worker.describe("serving")["collector"] == collector
+
+
 def worker_events(pool, **parts):
     """WorkerEvents built from the parts the supervisor hands it: real ones, but for the pool a test gives
     and whatever else it passes (parts a test never reaches are None)."""
