@@ -80,6 +80,7 @@ class Peers:
         self.poller, self.clock = poller, clock
         self.monitors: dict = {}          # monitor socket → the ROUTER it watches
         self.conns: dict[int, Conn] = {}  # fd → the connection holding it now
+        self.left: set[int] = set()       # fds a connection has departed from (bounded by the fd limit)
         self._serials = count(1)
         self.accepted = self.gone = self.closed_by_us = self.turned_away = 0
         # Asked of each connection as it is reported, with the socket it came on: True closes it at
@@ -113,6 +114,7 @@ class Peers:
         elif fd in self.conns and self.conns[fd].sock is sock:
             # Another socket's connection may hold the descriptor now: its accept was read first.
             del self.conns[fd]
+            self.left.add(fd)
             self.gone += 1
 
     def came_from(self, frame, identify) -> Peer:
@@ -122,10 +124,14 @@ class Peers:
         self.read()        # its connection's accept, and any departure of a former holder of its descriptor
         conn = self.conns.get(fd)
         if conn is None:
-            # Not reported (yet): replies go, unbound. Who sent it is the frame's own metadata, so its
-            # requests still get their tenant: a cache namespace never depends on the monitor's timing.
+            # Who sent it is the frame's own metadata, so its requests still get their tenant: a cache
+            # namespace never depends on the monitor's timing.
             uid, tenant = identify(frame)
-            return Peer(fd, None, uid, tenant)
+            if fd in self.left:
+                # Came and went before its message was read (a client that sends and closes at once):
+                # its accept and its departure were both read just now. Nobody is left to answer.
+                return Peer(fd, DEPARTED, uid, tenant)
+            return Peer(fd, None, uid, tenant)     # not reported (yet): replies go, unbound
         if conn.holder is None:
             conn.holder = _holder(fd)
         if not _may_be(frame, conn.holder):

@@ -10,6 +10,9 @@ import socket
 import urllib.request
 from types import SimpleNamespace
 
+import msgpack
+import zmq
+
 from jevany_daemon.server.outbox import Envelope
 from jevany_daemon.server.peers import Peer
 from jevany_daemon.server.request_queue import Entry
@@ -53,6 +56,36 @@ def test_a_departed_clients_queued_requests_are_dropped_unscored_and_a_live_clie
     assert status["batching"]["requests"] == 2, "the worker scored a departed client's request"
     metrics = urllib.request.urlopen(status["metrics"], timeout=30).read().decode()
     assert "jevany_requests_departed_total 5.0" in metrics
+
+
+def test_clients_that_send_and_close_at_once_have_their_requests_dropped_unscored(start_daemon):
+    # Each leaves as soon as its request is written: its departure is often read with its message, before
+    # the request is queued, and must count as much as one read later.
+    daemon = start_daemon("--max-batch-size", "32", "--heartbeat-timeout", "300", readout="choice")
+    worker = serving_worker(daemon)
+    ctx = zmq.Context()
+    try:
+        with Raw(daemon.endpoint) as live:
+            with frozen(worker["pid"]):
+                live.send("live-0", "decide", TEXT)
+                wait_for(lambda: _held(daemon) == 1, 30, "the live client's request at the worker")
+                for i in range(20):
+                    sock = ctx.socket(zmq.DEALER)
+                    sock.setsockopt(zmq.LINGER, 5000)       # closed once the request is written, no later
+                    sock.connect(daemon.endpoint)
+                    sock.send(msgpack.packb({"v": 1, "id": f"left-{i}", "op": "decide", "body": TEXT}))
+                    sock.close()
+                wait_for(lambda: daemon.status()["requests"]["departed"] + _held(daemon) == 21, 30,
+                         "the twenty read, queued or dropped")
+                live.send("live-1", "decide", TEXT)
+                wait_for(lambda: daemon.status()["requests"]["departed"] + _held(daemon) == 22, 30, "the last queued")
+            assert sorted(live.recv(60)["id"] for _ in range(2)) == ["live-0", "live-1"]
+    finally:
+        ctx.term()
+    wait_for(lambda: _held(daemon) == 0, 30, "nothing left in hand")
+    status = daemon.status()
+    assert status["requests"]["departed"] == 20 and status["batching"]["requests"] == 2
+    assert status["clients"]["replies_dropped"].get("client gone", 0) == 0
 
 
 def test_requests_of_a_client_that_stays_are_never_dropped_however_long_they_queue(start_daemon):

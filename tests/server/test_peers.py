@@ -174,3 +174,18 @@ def test_control_ops_are_for_this_processs_user_and_root_only(monkeypatch):
     monkeypatch.setattr(os, "getuid", lambda: 1000)
     assert is_trusted_uid(1000) and is_trusted_uid(0)
     assert not is_trusted_uid(1001) and not is_trusted_uid(None)
+
+
+def test_a_message_from_a_connection_already_gone_when_it_is_read_is_the_departed_ones():
+    # A client that sends and closes at once: its accept and departure are both read as its message is.
+    main = object()
+    peers = Fed()
+    peers.happen(main, zmq.EVENT_ACCEPTED)
+    peers.happen(main, zmq.EVENT_DISCONNECTED)
+    gone = peers.came_from(Frame(), nobody)
+    assert not peers.alive(gone)            # dropped unscored if queued, never replied to
+    # The next connection on the descriptor is a live one again, and so is a descriptor never reported.
+    peers.happen(main, zmq.EVENT_ACCEPTED)
+    assert peers.alive(peers.came_from(Frame(), nobody))
+    fresh = Fed()
+    assert fresh.alive(fresh.came_from(Frame(), nobody))
