@@ -15,7 +15,22 @@ EMBEDDED_APP = T + "test_embedded_app.py"
 ASGI = (EMBEDDED_APP + "::test_a_loaded_model_takes_no_loading_options_and_options_need_a_checkpoint",
         EMBEDDED_APP + "::test_the_settings_app_refuses_media_and_reads_its_token_file_as_a_line")
 
+DEPARTURES = T + "test_gateway_departures.py"
+
 MUTATIONS = [
+    # departures.py, and the upstream's withdrawal
+    m("gateway: the route cancelled by a departure that came after its answer",
+      "jevany_daemon/gateway/departures.py",
+      "        if waiting and not watcher.cancelled():\n", "        if not watcher.cancelled():\n", DEPARTURES),
+    m("gateway: a cancellation from elsewhere taken for a departure", "jevany_daemon/gateway/departures.py",
+      "        if ours and route.uncancel() == 0:\n", "        if route.uncancel() == 0:\n", DEPARTURES),
+    m("gateway: a cancelled decide not withdrawn once wait_for has cancelled its future",
+      "jevany_daemon/gateway/upstream.py",
+      "            if op == \"decide\" and (future.cancelled() or not future.done()):\n",
+      "            if op == \"decide\" and not future.done():\n", UPSTREAM),
+    m("gateway: a cancelled status call withdrawn too", "jevany_daemon/gateway/upstream.py",
+      "            if op == \"decide\" and (future.cancelled() or not future.done()):\n",
+      "            if future.cancelled() or not future.done():\n", UPSTREAM),
     # decisions.py
     m("gateway: a boolean choice value named the other boolean", "jevany_daemon/gateway/decisions.py",
       '    return ("true" if value else "false") if isinstance(value, bool) else value\n',
