@@ -8,7 +8,10 @@ the tiny one with --tiny; one CPU worker) and, in processes of their own
 short deadlines, one in fifty malformed), 4 keep-alive HTTP callers (one
 body in fifty invalid), and two churn callers, one per transport, each
 sending a request and leaving without reading it, 20 a second. With
---reload-every-s the daemon is sent SIGHUP that often.
+--reload-every-s the daemon is sent SIGHUP that often; with --long-states a
+third of the closed-loop requests come from agent sessions (transcripts of
+300-1,100 tokens, growing turn by turn), kept in and evicted from the prefix
+cache.
 
 Every --sample-s it reads, on the control endpoint, the workers' passes,
 requests and busy seconds, the departed and late-withdrawn requests, the
@@ -154,6 +157,9 @@ def main(argv=None) -> int:
     parser.add_argument("--zmq-callers", type=int, default=12)
     parser.add_argument("--http-callers", type=int, default=4)
     parser.add_argument("--no-churn", action="store_true", help="no callers that leave")
+    parser.add_argument("--long-states", action="store_true",
+                        help="a third of the closed-loop requests from agent sessions of 300-1,100 tokens "
+                             "(the prefix cache in play)")
     parser.add_argument("--reload-every-s", type=float, default=0.0, help="SIGHUP the daemon this often (0: never)")
     parser.add_argument("--tiny", action="store_true", help="the tiny random model instead of the starter")
     parser.add_argument("--serve-arg", action="append", default=[], help="one more argument for serve")
@@ -173,8 +179,8 @@ def main(argv=None) -> int:
     ctx = mp.get_context("spawn")
     stop, out = ctx.Event(), ctx.Queue()
     endpoint = f"ipc://{rundir}/d.sock"
-    jobs = ([(zmq_caller, (endpoint, i)) for i in range(args.zmq_callers)]
-            + [(http_caller, (port, i)) for i in range(args.http_callers)]
+    jobs = ([(zmq_caller, (endpoint, i, args.long_states)) for i in range(args.zmq_callers)]
+            + [(http_caller, (port, i, args.long_states)) for i in range(args.http_callers)]
             + ([] if args.no_churn else [(zmq_churn, (endpoint,)), (http_churn, (port,))]))
     # daemon processes: ended with this one, however it ends
     callers = [ctx.Process(target=target, args=(*where, stop, out), daemon=True) for target, where in jobs]

@@ -32,9 +32,12 @@ EXPECTED = {"decide": ("ok",), "deadline": ("ok", "deadline_exceeded"), "malform
             "http": ("200",), "http_invalid": ("422",)}
 
 
-def bodies(seed: int) -> list[dict]:
-    """Short states and longer mixed ones, so passes vary in size and shape as a real fleet's do."""
-    return workloads.short(48, seed=seed) + workloads.mixed(48, seed=seed + 1, max_words=60)
+def bodies(seed: int, long: bool = False) -> list[dict]:
+    """Short states and longer mixed ones, so passes vary in size and shape as a real fleet's do; long:
+    a third more from agent sessions, transcripts of 300-1,100 tokens growing turn by turn, past the
+    prefix cache's least (so it keeps, reuses and evicts them)."""
+    mix = workloads.short(48, seed=seed) + workloads.mixed(48, seed=seed + 1, max_words=60)
+    return mix + workloads.agent(8, 6, seed=seed + 2, start=(300, 700)) if long else mix
 
 
 class Replies:
@@ -53,8 +56,8 @@ class Replies:
             self.batch = []
 
 
-def zmq_caller(endpoint: str, index: int, stop, out) -> None:
-    replies, work = Replies(out, f"zmq-{index}"), bodies(300 + index)
+def zmq_caller(endpoint: str, index: int, long: bool, stop, out) -> None:
+    replies, work = Replies(out, f"zmq-{index}"), bodies(300 + index, long)
     with JevClient(endpoint, timeout=REPLY_WITHIN_S, retries=0) as client:
         n = 0
         while not stop.is_set():
@@ -76,8 +79,8 @@ def zmq_caller(endpoint: str, index: int, stop, out) -> None:
     replies.flush()
 
 
-def http_caller(port: int, index: int, stop, out) -> None:
-    replies, work = Replies(out, f"http-{index}"), bodies(500 + index)
+def http_caller(port: int, index: int, long: bool, stop, out) -> None:
+    replies, work = Replies(out, f"http-{index}"), bodies(500 + index, long)
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=REPLY_WITHIN_S)
     n = 0
     while not stop.is_set():
