@@ -280,7 +280,8 @@ MUTATIONS = [
       "            self.left.add(fd)\n", "", T + "test_peers.py"),
     # --- the departed and the pace --------------------------------------------------------------
     m("client ops: a withdrawal takes another gateway connection's request of the same id", SERVER + "client_ops.py",
-      "        entry = self.queue.withdraw(lambda e: e.id == rid and e.transport == \"http\" and e.envelope[0] == gateway)\n",
+      "        entry = self.queue.withdraw(lambda e: e.id == rid and e.transport == \"http\" "
+      "and e.envelope[0] == gateway)\n",
       "        entry = self.queue.withdraw(lambda e: e.id == rid and e.transport == \"http\")\n",
       T + "test_client_ops.py"),
     m("request queue: a withdrawn request's deadline still counted", SERVER + "request_queue.py",

@@ -55,8 +55,9 @@ class Replies:
         self.send(entry.sock, entry.envelope, self.with_load(error_reply(entry.id, err)))
 
     def departed(self, entry: Entry) -> None:
-        """A queued request whose client disconnected (an HTTP caller: withdrew it): dropped unscored, with no reply (nobody would read
-        it); counted apart from replies, so the outcomes still add up to the replies sent."""
+        """A queued request whose client disconnected (or whose HTTP caller withdrew it): dropped unscored,
+        with no reply (nobody would read it); counted apart from replies, so the outcomes still add up to
+        the replies sent."""
         self.counters.departed += 1
         self.metrics.departed.inc()
         if self.settings().log_requests:
