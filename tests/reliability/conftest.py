@@ -10,12 +10,6 @@ from tests.server.daemons import Daemon
 from .harness import ARCH, READOUT, reference_answers
 
 
-def pytest_configure(config):
-    config.addinivalue_line(
-        "markers", "soak: the 60-second soak (deselect with -m 'not soak'; the full run is scripts/soak.py)"
-    )
-
-
 SHARED_MESSAGE_LIMIT = 64 << 10
 
 

@@ -7,6 +7,7 @@ from types import SimpleNamespace
 from jevany_daemon.server.request_queue import Entry
 from jevany_daemon.server.gather import (FIXED_SHARE, MAX_WAIT_S, RETURN_SAMPLES, SMOOTHING, Gather, PassCost,
                                          size_class)
+from jevany_daemon.server.pace import Pace
 from jevany_daemon.server.worker_events import WorkerEvents
 
 
@@ -93,7 +94,7 @@ def test_clients_a_worker_just_answered_are_expected_back_before_the_next_dispat
                           counters=SimpleNamespace(mixed_batches=0), **parts)
     entries = {tag: Entry(tag, sock=None, envelope=[b"client-%d" % tag], id=tag, payload=b"", received=6.9,
                           deadline=None) for tag in range(16)}
-    worker = SimpleNamespace(inflight=dict(entries), requests=0, take_stats=lambda stats: None)
+    worker = SimpleNamespace(inflight=dict(entries), requests=0, take_stats=lambda stats: None, pace=Pace())
     events.take_answers(worker, [[tag, True, {}] for tag in entries], {}, [])
     assert len(events.answered) == 16                       # replies not sent yet: dispatch runs first
     assert gather.hold_until(queued=16, full=32, now=7.0) == 7.0 + MAX_WAIT_S
