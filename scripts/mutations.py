@@ -4,7 +4,7 @@ that should catch it.
 Each entry names a file, a line of it as it is and as the bug would write it,
 and the tests that cover that module (as few as catch its slips). The line
 must occur exactly once in its file; tests/test_mutations_list.py checks every
-entry in `make test`, and holds this list's count (374 mutations: one entry
+entry in `make test`, and holds this list's count (378 mutations: one entry
 each) to len(MUTATIONS). A module added or rewritten comes with entries of
 its own. The gateway's, the rest of the supervisor side's and the eval
 runner's with the client library's live in files of their own beside this one
@@ -384,6 +384,11 @@ MUTATIONS = [
       "        self.refuse_at = min(int(REFUSE_AT * self.limit), self.open + max(1, int(AGAIN_AFTER * self.limit)))",
       "        self.refuse_at = max(int(REFUSE_AT * self.limit), self.open + max(1, int(AGAIN_AFTER * self.limit)))",
       "tests/server/test_fd_guard.py"),
+    m("fd guard: the control endpoint closed to its owner with the public ones", SERVER + "lifecycle.py",
+      "    o.fd_guard = fds.FdGuard(o.peers, public_listeners, busy_fds, clock, o.fd_limit)",
+      "    o.fd_guard = fds.FdGuard(o.peers, list(o.listeners), busy_fds, clock, o.fd_limit)",
+      "tests/server/test_hostile_neighbours.py::"
+      "test_a_newcomer_is_served_as_soon_as_a_flood_of_idle_connections_is_over"),
     m("status: a busy worker not counted as up", SERVER + "status.py",
       '    return sum(w.state in ("idle", "busy") for w in pool.serving())',
       '    return sum(w.state == "idle" for w in pool.serving())',

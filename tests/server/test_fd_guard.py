@@ -1,6 +1,6 @@
 """Whom the descriptor guard (fds.py, peers.py) sheds near the limit: never a client holding a request,
-connections that never spoke first, then idle clients longest silent first, only as many as needed; and
-how soon it refuses again once it took peers again.
+connections that never spoke first, then idle clients longest silent first, only as many as needed; when
+it takes peers again, and how soon it refuses again after; and that the control endpoint's newcomers stay.
 No sockets: Peers with connections put in by hand, an injected clock, the shutdowns recorded."""
 import zmq
 
@@ -95,3 +95,56 @@ def test_after_resuming_a_returning_flood_is_refused_after_a_few_more_not_at_ref
     peers.conns[999] = Conn(fd=999, serial=999, since=NOW, seen=NOW, sock=listener.sock)
     assert g.accepted(listener.sock)                                   # the one that reaches it is turned away
     assert g.refusing and not listener.taking and g.refusals == 2
+
+
+def _closing(shut: list):
+    """Peers.close as the guard sees it, no real descriptors: each victim marked closing, its fd recorded."""
+    def close(victims):
+        for conn in victims:
+            conn.closing = True
+            shut.append(conn.fd)
+    return close
+
+
+def test_while_refusing_a_newcomer_on_the_control_endpoint_is_kept_and_one_on_a_public_endpoint_turned_away():
+    # The control endpoint is how its owner reaches a daemon under pressure (status, drain): only the public
+    # endpoints stop taking peers, and only their newcomers are closed as libzmq reports them.
+    public, control = Listener(), object()
+    peers = Peers(zmq.Poller(), lambda: NOW)
+    for fd in range(100, 125):
+        peers.conns[fd] = Conn(fd=fd, serial=fd, since=0.0, seen=NOW - 1.0, heard=True, sock=public.sock)
+    shut = []
+    peers.close = _closing(shut)
+    g = FdGuard(peers, [public], lambda: set(), lambda: NOW, limit=LIMIT)
+    g.others = 30                                                      # 55 open: past REFUSE_AT
+    g.check()
+    assert g.refusing and not public.taking
+    peers._event(control, {"event": zmq.EVENT_ACCEPTED, "value": 7})
+    peers._event(public.sock, {"event": zmq.EVENT_ACCEPTED, "value": 8})
+    assert 8 in shut and 7 not in shut and not peers.conns[7].closing
+    assert peers.turned_away == 1
+
+
+def test_the_endpoints_take_peers_again_once_the_floods_silent_connections_are_gone_and_not_before():
+    # Under RESUME_BELOW is not enough: while a connection that never spoke still holds its descriptor (shut by
+    # us, not yet reported gone by libzmq) the flood may still be knocking. A connection to the control endpoint
+    # that has not spoken yet is its owner's, not the flood's: it keeps nothing closed.
+    public, control = Listener(), object()
+    peers = Peers(zmq.Poller(), lambda: NOW)
+    flood = [Conn(fd=fd, serial=fd, since=0.0, seen=NOW - MUTE_S - 1, sock=public.sock) for fd in range(10, 30)]
+    owner = Conn(fd=5, serial=5, since=NOW, seen=NOW, sock=control)      # just connected: not yet judged mute
+    for conn in [*flood, owner]:
+        peers.conns[conn.fd] = conn
+    shut = []
+    peers.close = _closing(shut)
+    g = FdGuard(peers, [public], lambda: set(), lambda: NOW, limit=LIMIT)
+    g.others = 30                                                      # 51 open: past REFUSE_AT
+    g.check()
+    assert g.refusing and not public.taking and sorted(shut) == [c.fd for c in flood]
+    g.others = 10                                                      # 31 open: under RESUME_BELOW
+    g.check()
+    assert g.refusing and not public.taking                            # the flood's are shut, not yet gone
+    for conn in flood:                                                 # libzmq reports them gone
+        del peers.conns[conn.fd]
+    g.check()
+    assert not g.refusing and public.taking and not owner.closing

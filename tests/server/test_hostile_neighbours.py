@@ -49,6 +49,10 @@ def _control(daemon) -> dict:
         return control.status()
 
 
+def _mode(endpoint: str) -> int:
+    return os.stat(endpoint.removeprefix("ipc://")).st_mode & 0o777
+
+
 class Clock:
     def __init__(self):
         self.now = 1000.0
@@ -220,17 +224,21 @@ def test_a_newcomer_is_served_as_soon_as_a_flood_of_idle_connections_is_over(dae
     # they are closed. The endpoint is stopped and resumed as the flood is shed and comes back; when it
     # ends, right after a refusal began, a newcomer is served at once. It waited out a cool-down before,
     # doubled each time the flood came back: about 8 s by the fourth refusal.
+    # Meanwhile the control endpoint, its owner's way in, keeps its mode: only the public one is closed.
     flooder, done = _as_another_user(_flood, daemon.endpoint, 1100)
     try:
-        seen = []
+        seen, modes = [], []
 
         def refused_again() -> bool:
             clients = _control(daemon)["clients"]
             seen.append(clients)
+            if clients["refusing_new_peers"]:
+                modes.append((_mode(daemon.endpoint), _mode(daemon.control)))
             return clients["refusals"] >= 4 and clients["refusing_new_peers"]
 
         wait_for(refused_again, 60, "the flood refused a fourth time")
         assert daemon.proc.poll() is None and max(c["open"] for c in seen) < 1024 * 0.75
+        assert (0, 0o600) in modes and {control for _, control in modes} == {0o600}, modes
     finally:
         done.set()
         flooder.join(30)
