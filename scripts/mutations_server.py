@@ -90,6 +90,9 @@ MUTATIONS = [
     m("outbox: a closed connection's replies not counted as held", SERVER + "outbox.py",
       '        return {"replies_held_bytes": self.total + sum(size for _, size, *_ in self.letting_go),\n',
       '        return {"replies_held_bytes": self.total,\n', T + "test_outbox.py"),
+    m("outbox: a reply bigger than the whole total never goes, though nothing else is held", SERVER + "outbox.py",
+      "        return self.total == 0 or self.total + size <= TOTAL_BYTES\n",
+      "        return self.total + size <= TOTAL_BYTES\n", T + "test_outbox.py"),
     # --- replies ---------------------------------------------------------------------------
     m("replies: a refused decide carries no load", SERVER + "replies.py",
       '        self.send(sock, envelope, self.with_load(reply) if op == "decide" else reply)\n',

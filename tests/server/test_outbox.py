@@ -85,3 +85,19 @@ def test_what_a_closed_connection_held_counts_until_libzmq_lets_it_go():
     assert budget.describe()["replies_held_bytes"] == 64 * MB     # the closed one's still pinned in libzmq
     trackers[2].done = True
     assert budget.describe() == {"replies_held_bytes": 30 * MB, "closed_not_reading": 1}
+
+
+def test_a_reply_bigger_than_the_whole_total_goes_once_nothing_else_is_held(monkeypatch):
+    # A reply may pass TOTAL_BYTES by itself (a choice question echoes its option names); held to the total
+    # it would never go, and its caller would wait out its timeout for nothing. With nothing else held, it goes.
+    monkeypatch.setattr(outbox_module, "_unread", lambda fd: 0)                  # a client that reads
+    outbox, sock = Outbox(Conns(7), lambda: 0.0), Sock()
+    assert outbox.send(sock, Envelope.of([b"id"], Peer(7, 1)), b"x" * (TOTAL_BYTES + 1))
+    assert len(sock.sent) == 1 and outbox.budget.total == TOTAL_BYTES + 1 and not outbox.dropped_by_cause
+    # And when a stuck client holds the rest, it is closed to make room, then the big one goes.
+    now = [0.0]
+    conns = Conns(1, 2)
+    budget = Budget(conns, lambda: now[0], {})
+    budget.track((2, 1), Tracker(), MB)
+    now[0] = GRACE_S
+    assert budget.fits((1, 1), TOTAL_BYTES + 1) and [c is conns.conns[2] for c in conns.closed] == [True]
