@@ -11,11 +11,13 @@ NOUL = {"q": {"type": "noul"}}
 SCORE = {"s": {"type": "score", "criteria": ["lo", "hi"]}}
 
 
-def _call(lines: list[bytes], max_line: int = 1 << 20, chunk: int | None = None):
-    """(the decide bodies sent, the response's lines) for a body of `lines`, sent `chunk` bytes a message."""
-    body = b"".join(line + b"\n" for line in lines)
+def _call(lines: list[bytes], max_line: int = 1 << 20, chunk: int | None = None, end: bytes = b"\n",
+          stalls: bool = False):
+    """(the decide bodies sent, the response's lines) for a body of `lines`, sent `chunk` bytes a message, the
+    last line followed by `end`; a body that stalls says more is coming after its last message, and sends none."""
+    body = b"\n".join(lines) + end
     step = chunk or max(len(body), 1)
-    messages = [{"type": "http.request", "body": body[i:i + step], "more_body": i + step < len(body)}
+    messages = [{"type": "http.request", "body": body[i:i + step], "more_body": stalls or i + step < len(body)}
                 for i in range(0, max(len(body), 1), step)]
     decided, sent = [], []
 
@@ -66,3 +68,21 @@ def test_a_call_of_exactly_max_lines_is_done_and_one_line_more_stops_it(monkeypa
     assert _call([item] * 3)[1][-1] == {"done": True, "items": 3, "answered": 3, "failed": 0}
     decided, out = _call([item] * 4)
     assert (len(decided), out[-1]["done"], out[-1]["error"]["status"]) == (3, False, 413)
+
+
+@pytest.mark.parametrize("chunk", [None, 1])
+def test_the_last_line_without_its_newline_is_still_an_item(chunk):
+    item = json.dumps({"questions": NOUL, "state": "s"}).encode()
+    decided, out = _call([item, item.replace(b'"s"', b'"last"')], chunk=chunk, end=b"")
+    assert [d["state"] for d in decided] == ["s", "last"]
+    assert out[-1] == {"done": True, "items": 2, "answered": 2, "failed": 0}
+
+
+def test_a_body_that_sends_nothing_for_stall_s_ends_the_call_and_its_unfinished_line_is_no_item(monkeypatch):
+    # The stall is the thing tested: STALL_S made short, the body then sends nothing more (nor its end).
+    monkeypatch.setattr(bulk, "STALL_S", 0.2)
+    item = json.dumps({"questions": NOUL, "state": "s"}).encode()
+    decided, out = _call([item, item, b'{"questions": {"q": {"type": "noul"}}, "sta'], end=b"", stalls=True)
+    assert len(decided) == 2
+    assert out[-1]["done"] is False and "sent nothing for 0.2 s" in out[-1]["error"]["message"]
+    assert (out[-1]["items"], out[-1]["answered"]) == (2, 2)

@@ -1,9 +1,20 @@
-"""What connections may hold (gateway/connections.py): the buffers' budget and the connection limit, in process."""
+"""What connections may hold (gateway/connections.py): the buffers' budget, the connection limit and the body's
+deadline, in process (the last two through a real uvicorn on loopback, serving with GuardedHttp)."""
 import asyncio
+import http.client
 import resource
+import socket
+import threading
+import time
+from contextlib import contextmanager
+
+import uvicorn
 
 from jevany_daemon.gateway import connections
-from jevany_daemon.gateway.connections import BUFFER_LOW_WATER, FD_SHARE, MAX_CONNECTIONS, Buffers
+from jevany_daemon.gateway.connections import BUFFER_LOW_WATER, FD_SHARE, MAX_CONNECTIONS, Buffers, GuardedHttp
+from jevany_daemon.gateway.paths import BULK_PATH
+
+from .daemons import wait_for
 
 
 class Connection:
@@ -57,3 +68,93 @@ def test_connections_are_a_share_of_the_descriptor_limit_within_bounds(monkeypat
         monkeypatch.setattr(resource, "getrlimit", lambda _kind, soft=soft: (soft, soft))
         seen[soft] = connections.max_connections()
     assert seen == {10: 16, 1024: int(1024 * FD_SHARE), 1 << 20: MAX_CONNECTIONS}
+
+
+async def _length_of_body(scope, receive, send) -> None:
+    """Reads the whole body, then answers its length."""
+    size, more = 0, True
+    while more:
+        message = await receive()
+        size += len(message.get("body", b""))
+        more = message.get("more_body", False)
+    answer = str(size).encode()
+    await send({"type": "http.response.start", "status": 200,
+                "headers": [(b"content-length", str(len(answer)).encode())]})
+    await send({"type": "http.response.body", "body": answer})
+
+
+@contextmanager
+def _guarded(monkeypatch, limit: int = 64):
+    """A uvicorn serving with the gateway's protocol and `limit` connections, in a thread; yields its port."""
+    monkeypatch.setattr(GuardedHttp, "limit", limit)
+    monkeypatch.setattr(GuardedHttp, "buffers", Buffers(1 << 30), raising=False)
+    listener = socket.create_server(("127.0.0.1", 0))
+    server = uvicorn.Server(uvicorn.Config(_length_of_body, http=GuardedHttp, log_level="warning", lifespan="off"))
+    thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: server.started or not thread.is_alive(), 30, "uvicorn serving")
+        yield listener.getsockname()[1]
+    finally:
+        server.should_exit = True
+        thread.join(30)
+        listener.close()
+
+
+def _get(conn: http.client.HTTPConnection) -> int:
+    conn.request("GET", "/")
+    response = conn.getresponse()
+    response.read()
+    return response.status
+
+
+def _status(conn: http.client.HTTPConnection) -> int:
+    """The answer's status; 0 when the gateway had closed the connection."""
+    try:
+        return _get(conn)
+    except ConnectionError:
+        return 0
+
+
+def test_exactly_the_limit_of_connections_are_all_kept_and_one_more_closes_an_idle_one(monkeypatch):
+    with _guarded(monkeypatch, limit=3) as port:
+        kept = [http.client.HTTPConnection("127.0.0.1", port, timeout=10) for _ in range(3)]
+        newcomer = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            # Each answered before the next connects: the gateway has taken every one of them.
+            assert [_get(conn) for conn in kept] == [200] * 3
+            assert [_get(conn) for conn in kept] == [200] * 3          # the limit reached, nobody closed
+            assert _get(newcomer) == 200
+            # One of them made room: the one idle longest, though on uvloop's clock (milliseconds) they may tie.
+            assert sorted(_status(conn) for conn in kept) == [0, 200, 200]             # 0: closed
+        finally:
+            for conn in [*kept, newcomer]:
+                conn.close()
+
+
+def _closed(sock: socket.socket) -> bool:
+    """Whether the server closed the connection (rather than leaving it waiting until the socket's timeout)."""
+    try:
+        return sock.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except TimeoutError:
+        return False
+
+
+def test_a_body_that_stalls_past_its_deadline_is_closed_but_a_bulk_body_may_take_longer(monkeypatch):
+    monkeypatch.setattr(connections, "BODY_TIMEOUT_S", 0.5)
+    with _guarded(monkeypatch) as port:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as stalled:
+            stalled.sendall(b"POST / HTTP/1.1\r\nHost: t\r\nContent-Length: 10\r\n\r\n12345")
+            assert _closed(stalled)
+        # A bulk body is read as its answers go out, as long as its items take: only the route ends one that
+        # stalls. The pause below is what is tested (longer than BODY_TIMEOUT_S), not a wait for anything.
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as bulk:
+            bulk.sendall(b"POST " + BULK_PATH.encode() + b" HTTP/1.1\r\nHost: t\r\nTransfer-Encoding: chunked\r\n"
+                         b"\r\n5\r\n12345\r\n")
+            time.sleep(1.0)
+            bulk.sendall(b"5\r\n67890\r\n0\r\n\r\n")
+            response = http.client.HTTPResponse(bulk)
+            response.begin()
+            assert (response.status, response.read()) == (200, b"10")
