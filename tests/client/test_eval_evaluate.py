@@ -18,6 +18,8 @@ def test_results_go_beside_the_suite_named_after_it_and_its_shard():
     assert default_out("runs/suite.json") == "runs/suite.json.results.jsonl"
     assert default_out("runs/suite") == "runs/suite.results.jsonl"
     assert default_out("runs/suite.jsonl", Shard(1, 4)) == "runs/suite.shard-1-of-4.results.jsonl"
+    assert default_out("runs/suite.jsonl", Shard(0, 4)) == "runs/suite.shard-0-of-4.results.jsonl"   # not the run's
+    assert default_out("runs/suite.json", Shard(0, 2)) == "runs/suite.json.shard-0-of-2.results.jsonl"
 
 
 class Pinged:

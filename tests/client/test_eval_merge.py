@@ -48,6 +48,20 @@ def test_the_same_item_with_other_error_codes_is_refused_and_nothing_written(sui
     assert not out.exists()
 
 
+def test_the_same_error_code_with_other_messages_is_one_outcome(suite, tmp_path):
+    # A message may say what differed between two runs of one item (the seconds a deadline gave, a retry's
+    # count); the code is the outcome, so a shard run twice merges.
+    items = read_suite(suite)
+    for name, seconds, part in (("a.jsonl", 30.1, items[:2]), ("b.jsonl", 29.8, items[1:])):
+        (tmp_path / name).write_bytes(b"".join(
+            record_line(error_record(i, "deadline_exceeded", f"no answer within {seconds} s")) for i in part))
+    out = tmp_path / "merged.jsonl"
+    assert merge(suite, [str(tmp_path / "a.jsonl"), str(tmp_path / "b.jsonl")], str(out), echo=lambda line: None) == 0
+    merged = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["index"] for r in merged] == [0, 1, 2, 3]
+    assert merged[1]["error"] == {"code": "deadline_exceeded", "message": "no answer within 30.1 s"}   # the first
+
+
 def test_a_merge_with_items_missing_exits_3_naming_them(suite, tmp_path):
     items = read_suite(suite)
     said = []

@@ -65,6 +65,23 @@ def test_every_question_about_one_state_lands_in_its_shard_whatever_it_asks(tmp_
     assert len(set().union(*owners.values())) >= 2
 
 
+def test_a_state_written_with_its_keys_in_another_order_lands_in_the_same_shard(tmp_path):
+    # The same state, its keys reordered (another tool wrote that line), is one daemon's cache all the same.
+    states = [{"ticket": f"ticket {i}", "text": f"parcel late {i}", "customer": {"id": i, "tier": "gold"}}
+              for i in range(16)]
+    lines = [{"state": state, "questions": QUESTIONS, "labels": {"urgent": True}} for state in states]
+    reordered = [{k: dict(reversed(v.items())) if isinstance(v, dict) else v for k, v in reversed(state.items())}
+                 for state in states]
+    lines += [{"state": state, "questions": QUESTIONS, "labels": {"urgent": False}} for state in reordered]
+    assert json.dumps(lines[0]["state"]) != json.dumps(lines[16]["state"])
+    path = tmp_path / "reordered.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    items = read_suite(str(path))
+    owner = {item.index: [i for i in range(4) if Shard(i, 4).holds(item)] for item in items}
+    assert all(owner[i] == owner[i + 16] for i in range(16)), owner
+    assert len({held[0] for held in owner.values()}) >= 2
+
+
 def test_the_shard_comes_from_the_option_or_the_scheduler():
     assert parse_shard("2/5") == Shard(2, 5)
     assert parse_shard("0/1") == Shard(0, 1)
