@@ -4,7 +4,7 @@ that should catch it.
 Each entry names a file, a line of it as it is and as the bug would write it,
 and the tests that cover that module (as few as catch its slips). The line
 must occur exactly once in its file; tests/test_mutations_list.py checks every
-entry in `make test`, and holds this list's count (388 mutations: one entry
+entry in `make test`, and holds this list's count (391 mutations: one entry
 each) to len(MUTATIONS). A module added or rewritten comes with entries of
 its own. The gateway's, the rest of the supervisor side's and the eval
 runner's with the client library's live in files of their own beside this one
@@ -420,6 +420,15 @@ MUTATIONS = [
       "            if q.n_options > self.max_options:", "            if q.n_options >= self.max_options:",
       "tests/engine/test_choice_options.py::"
       "test_a_question_with_exactly_max_options_options_is_admitted_and_one_more_is_refused"),
+    m("admission: jev-latest, typesafe-sdk's default name, refused", ENGINE + "admission.py",
+      'JEV_ALIASES = ("jev-latest", "jev-preview")', 'JEV_ALIASES = ("jev-preview",)',
+      "tests/engine/test_engine.py::test_the_names_the_docs_give_the_current_model_are_admitted_and_no_other"),
+    m("engine stats: busy_s added up in milliseconds", ENGINE + "stats.py",
+      "        self.busy_s += rec.latency_ms / 1000", "        self.busy_s += rec.latency_ms",
+      "tests/engine/test_engine.py::test_busy_s_is_the_seconds_spent_in_passes"),
+    m("worker: a pass's record sent again with every later message", WORKER + "loop.py",
+      "        self.batches.clear()\n", "",
+      WORKER_LOOP + "::test_each_pass_is_recorded_once_in_the_message_that_answers_it"),
     m("eval report: an item that failed counted as not done", CLIENT + "eval/report.py",
       '                  "not_done": len(items) - len(records)},', '                  "not_done": len(items) - answered},',
       "tests/client/test_eval_metrics.py"),

@@ -1,6 +1,7 @@
 """The engine's promises: limits reject, failures stay with their cause, threads get their own answers."""
 import math
 import threading
+import time
 
 import pytest
 
@@ -14,6 +15,7 @@ from jevany_client.errors import (
 from jevany_daemon import workloads
 from jevany_daemon.config import CPU_PADDING_WASTE, GPU_PADDING_WASTE, EngineConfig, default_padding_waste
 from jevany_daemon.engine.engine import Engine
+from jevany_daemon.engine.stats import BatchRecord, BatchStats
 from jevany_daemon.parity import answer_problems, compare
 
 BODY = {"state": {"note": "order late"}, "questions": {"q": {"type": "noul", "instructions": "refund?"}}}
@@ -38,6 +40,28 @@ def test_model_selector(make_engine):
     assert engine.decide(BODY | {"model": engine.model.model_id})["model"] == engine.model.model_id
     with pytest.raises(UnknownModelError, match="this deployment serves"):
         engine.decide(BODY | {"model": "other-model"})
+
+
+def test_the_names_the_docs_give_the_current_model_are_admitted_and_no_other(make_engine):
+    # docs/JEV-API.md: jev-latest (typesafe-sdk's default), jev-preview, jevany-latest and the model's own name;
+    # a caller pointed here unchanged sends the first.
+    engine = make_engine()
+    for name in ("jev-latest", "jev-preview", "jevany-latest", engine.model.model_id):
+        assert engine.admit(BODY | {"model": name}).request.model == name
+    for name in ("jev-2", "jev-latest-preview", "JEV-LATEST"):
+        with pytest.raises(UnknownModelError, match="this deployment serves"):
+            engine.admit(BODY | {"model": name})
+
+
+def test_busy_s_is_the_seconds_spent_in_passes(make_engine):
+    stats = BatchStats()
+    stats.record(BatchRecord(size=2, padded_tokens=16, real_tokens=12, latency_ms=250.0, ok=True))
+    assert stats.as_dict()["busy_s"] == 0.25
+    engine = make_engine()
+    started = time.monotonic()
+    engine.decide(BODY)
+    wall_s = time.monotonic() - started
+    assert 0 < engine.stats.as_dict()["busy_s"] <= wall_s        # a pass's time is within the call's
 
 
 @pytest.mark.parametrize("readout,message", [("choice", "choice readout does not support media requests"),

@@ -88,6 +88,20 @@ def test_each_pass_is_answered_as_it_ends_and_nothing_twice(loaded_model):
                 assert ok and result["answers"].keys() == serial[tag]["answers"].keys()
 
 
+def test_each_pass_is_recorded_once_in_the_message_that_answers_it(loaded_model):
+    # The supervisor adds every record it gets to its metrics and its pace (pace.py): a record sent again with a
+    # later message would count its pass twice.
+    batches = []
+    engine = uneven_engine(loaded_model, observer=batches.append)
+    supervisor = FakeSupervisor((channel.BATCH, items(workloads.long_uneven(8, seed=5)), 1), (channel.STOP,))
+    assert WorkerLoop(supervisor, engine, batches, parent=0).run() == 0
+
+    messages = [m for m in supervisor.sent if m[0] in (channel.EARLY, channel.RESULTS)]
+    records = [[channel.PassRecord.read(r) for r in m[3]] for m in messages]
+    assert engine.stats.batches > 1 and [len(r) for r in records] == [1] * engine.stats.batches
+    assert [r.size for rs in records for r in rs] == [len(m[1]) for m in messages]      # its own answers
+
+
 def _order_of(engine, supervisor_at_first_launch=None):
     """Record launches and finishes (by pass) as the loop runs them."""
     events, launch, finish = [], engine.launch, engine.passes.finish
