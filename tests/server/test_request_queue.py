@@ -43,3 +43,27 @@ def test_a_queue_of_requests_without_deadlines_has_no_next_deadline():
     assert queue.next_deadline() is None
     assert queue.take_expired(1e9) == []
     assert [e.tag for e in queue.take_all()] == [1, 2]
+
+
+def test_a_queue_holding_max_depth_requests_is_full_and_one_fewer_is_not():
+    # full is what turns the next decide away as overloaded: max_depth waiting is the bound, not one past it.
+    queue = RequestQueue(max_depth=3)
+    for tag in (1, 2):
+        queue.push(entry(tag))
+    assert not queue.full
+    queue.push(entry(3))
+    assert queue.full
+    queue.take(1)
+    assert not queue.full
+
+
+def test_withdrawing_the_only_request_with_a_deadline_leaves_no_next_deadline():
+    # The count of requests with deadlines must drop with a withdrawal too, else next_deadline scans
+    # for a deadline no queued request has (min of nothing) and the supervisor's loop breaks on it.
+    queue = RequestQueue(max_depth=8)
+    queue.push(entry(1))
+    queue.push(entry(2, deadline=4.0))
+    assert queue.withdraw(lambda e: e.tag == 2).tag == 2
+    assert queue.next_deadline() is None
+    assert queue.take_expired(1e9) == []
+    assert [e.tag for e in queue] == [1]
