@@ -4,7 +4,7 @@ that should catch it.
 Each entry names a file, a line of it as it is and as the bug would write it,
 and the tests that cover that module (as few as catch its slips). The line
 must occur exactly once in its file; tests/test_mutations_list.py checks every
-entry in `make test`, and holds this list's count (392 mutations: one entry
+entry in `make test`, and holds this list's count (395 mutations: one entry
 each) to len(MUTATIONS). A module added or rewritten comes with entries of
 its own. The gateway's, the rest of the supervisor side's and the eval
 runner's with the client library's live in files of their own beside this one
@@ -366,9 +366,10 @@ MUTATIONS = [
       "tests/server/test_hostile_clients.py::test_headers_past_the_cap_are_refused_at_once"),
     m("gateway: a one-option choice refused", "jevany_daemon/gateway/shapes.py",
       "        if not 1 <= len(self.criteria) <= MAX_OPTIONS:", "        if not 2 <= len(self.criteria) <= MAX_OPTIONS:",
+      "tests/server/test_gateway_shapes.py",
       JEV_API + "::test_a_choice_of_one_option_is_a_question_the_field_accepts"),
     m("gateway: a compressed body decoding to exactly the cap refused", "jevany_daemon/gateway/encodings.py",
-      "            if size > limit:", "            if size >= limit:",
+      "            if size > limit:", "            if size >= limit:", "tests/server/test_gateway_encodings.py",
       JEV_API + "::test_a_compressed_body_may_decode_to_exactly_the_cap_and_not_a_byte_more"),
     m("gateway: Retry-After added only where one is already present", "jevany_daemon/gateway/field_headers.py",
       '                if message["status"] in BUSY and b"retry-after" not in names:',

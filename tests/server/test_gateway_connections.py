@@ -132,6 +132,30 @@ def test_exactly_the_limit_of_connections_are_all_kept_and_one_more_closes_an_id
                 conn.close()
 
 
+class _Peer:
+    """A connection as _make_room sees it: idle or busy, when it was last active, and whether it was aborted."""
+
+    def __init__(self, last_active: float, idle: bool = True):
+        self.last_active, self.is_idle, self.aborted = last_active, idle, False
+        self.transport = self.raw = self
+
+    def idle_or_lingering(self) -> bool:
+        return self.is_idle
+
+    def abort(self) -> None:
+        self.aborted = True
+
+
+def test_past_the_limit_the_connection_idle_longest_is_closed_and_the_more_recent_ones_stay():
+    # The test above goes through real connections, whose last_active may tie on the loop's clock; here the
+    # times are set, so closing the most recently active idle connection instead would show.
+    newcomer, busy = _Peer(9.0), _Peer(1.0, idle=False)
+    oldest, recent, middle = _Peer(2.0), _Peer(8.0), _Peer(5.0)
+    newcomer.connections = [busy, recent, oldest, middle, newcomer]
+    GuardedHttp._make_room(newcomer)
+    assert [p.aborted for p in (oldest, recent, middle, busy, newcomer)] == [True, False, False, False, False]
+
+
 def _closed(sock: socket.socket) -> bool:
     """Whether the server closed the connection (rather than leaving it waiting until the socket's timeout)."""
     try:

@@ -15,6 +15,13 @@ def test_a_single_level_is_certain_and_confidence_never_goes_below_zero():
     assert score_confidence([0.0, 0.0, 1.0]) == 1.0
 
 
+def test_a_spread_scores_against_the_uniform_distributions_mean_distance_from_the_middle():
+    # docs/JEV-API.md: 1 - sum p_i |i - mode| / S, S = sum |i - (n-1)/2| / n. Over 4 levels S = (1.5+0.5+0.5+1.5)/4
+    # = 1, over 5 S = 6/5; a slip to dividing by n - 1 (4/3, 3/2) would give 0.625 and 0.733.
+    assert score_confidence([0.1, 0.6, 0.2, 0.1]) == pytest.approx(1 - 0.5 / 1.0)
+    assert score_confidence([0.0, 0.2, 0.6, 0.2, 0.0]) == pytest.approx(1 - 0.4 / 1.2)
+
+
 def test_typesafe_names_our_latency_apart_and_jevany_keeps_its_own():
     typesafe = answer_body(RESULT, "typesafe", additions=False)
     assert typesafe["x_latency_ms"] == 12 and "latency_ms" not in typesafe and "x_batch" not in typesafe

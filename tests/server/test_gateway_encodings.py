@@ -32,3 +32,13 @@ def test_an_unknown_encoding_is_415():
     with pytest.raises(BodyEncodingError) as refused:
         decode(b"{}", "br", 100)
     assert refused.value.status == 415
+
+
+def test_a_body_decoding_to_exactly_the_limit_decodes_and_one_byte_more_is_413():
+    # limit is the most a body may decode to: a body of exactly limit bytes is allowed, as a plain one is.
+    for pack, name in ((compress, "zstd"), (gzip.compress, "gzip")):
+        assert decode(pack(b"x" * 1000), name, 1000) == b"x" * 1000, name
+        assert decode(pack(b"x" * 400) + pack(b"y" * 600), name, 1000) == b"x" * 400 + b"y" * 600, name
+        with pytest.raises(BodyEncodingError) as refused:
+            decode(pack(b"x" * 1001), name, 1000)
+        assert refused.value.status == 413, name

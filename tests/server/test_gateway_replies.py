@@ -25,3 +25,12 @@ def test_each_code_gets_its_status_and_the_dialect_s_body():
                    "forbidden": 403, "no_such_code": 500}
     typesafe = error_response("unknown_model", "m", "typesafe")
     assert typesafe.status_code == 400 and json.loads(typesafe.body)["detail"]["error_type"] == "api_usage_error"
+
+
+def test_the_codes_a_client_may_retry_soon_carry_retry_after_and_the_others_do_not():
+    # docs/COMING-FROM-JEVANY.md: overloaded, worker_lost (a new worker is starting), shutting_down and not_ready
+    # tell a client when to come back; named here, not read from replies.RETRY_AFTER, so a code dropped there shows.
+    retry = {code: error_response(code, "m").headers.get("Retry-After") for code in sorted(STATUS)}
+    assert {code for code, after in retry.items() if after is not None} == {
+        "overloaded", "worker_lost", "shutting_down", "not_ready"}
+    assert retry["worker_lost"] == "1"

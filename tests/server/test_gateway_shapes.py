@@ -36,6 +36,14 @@ def test_a_score_needs_two_levels_and_a_noul_only_false_and_true():
     _request(questions={"q": {"type": "score", "criteria": ["lo", "hi"]}})
 
 
+def test_a_choice_of_a_single_option_passes_and_one_of_none_does_not():
+    # docs/REQUESTS.md: a choice question may have a single option (TypeSafe's reference takes 1..4096).
+    body = _request(questions={"q": {"type": "choice", "criteria": {"Billing": None}}}).to_body()
+    assert body["questions"]["q"]["criteria"] == {"Billing": None}
+    with pytest.raises(ValidationError, match="options"):
+        _request(questions={"q": {"type": "choice", "criteria": {}}})
+
+
 def test_media_up_to_the_cap():
     entry = {"type": "image", "uri": "x.png"}
     assert len(_request(media=[entry] * MAX_MEDIA).to_body()["media"]) == MAX_MEDIA

@@ -203,6 +203,18 @@ def test_a_streamed_body_of_exactly_the_limit_passes_and_one_byte_more_does_not(
     assert (guard.holding, guard.by_client) == (0, {})
 
 
+def test_a_declared_length_of_exactly_the_limit_passes_and_one_byte_more_is_refused_unread():
+    # --max-message-bytes is the largest body allowed, so a Content-Length equal to it is read; one past it
+    # is answered 413 from the header alone (the app never sees that request).
+    guard = RequestGuard(_echo, token=None, max_body_bytes=1000)
+    body = b'{"p": "' + b"x" * 991 + b'"}'
+    json_type = (b"content-type", b"application/json")
+    status, (_, seen, _) = _direct(guard, [body], [json_type, (b"content-length", b"1000")])
+    assert (status, seen) == (200, body)
+    assert _direct(guard, [body + b" "], [json_type, (b"content-length", b"1001")]) == (413, None)
+    assert (guard.holding, guard.by_client) == (0, {})
+
+
 def test_a_compressed_body_is_held_as_decoded_and_reaches_the_route_plain():
     import gzip
     guard = RequestGuard(_echo, token=None, max_body_bytes=1000)
