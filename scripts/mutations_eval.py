@@ -185,6 +185,10 @@ MUTATIONS = [
       "    return (\"error\", record[\"error\"].get(\"code\"))\n",
       "    return (\"error\", record[\"error\"].get(\"message\"))\n",
       T + "test_eval_merge.py", T + "test_eval_shards.py"),
+    m("eval merge: the same answers from another model count as the same outcome", E + "merge.py",
+      "        return (\"result\", record[\"result\"].get(\"model\"), record[\"result\"].get(\"answers\"))\n",
+      "        return (\"result\", record[\"result\"].get(\"answers\"))\n",
+      T + "test_eval_merge.py", T + "test_eval_shards.py"),
     # plot.py
     m("eval plot: the least asked questions drawn first", E + "plot.py",
       "    kept = set(sorted(several, key=lambda name: -per_question[name][\"questions\"])[:MAX_QUESTION_PANELS])\n",

@@ -6,9 +6,10 @@ import stat
 
 import pytest
 
+from jevany_client.answers import shape_answer
 from jevany_client.eval.errors import EvalError
 from jevany_client.eval.merge import merge
-from jevany_client.eval.results import error_record, record_line
+from jevany_client.eval.results import answer_record, error_record, record_line
 from jevany_client.eval.suite import read_suite
 
 from .test_eval_metrics import NOUL
@@ -45,6 +46,29 @@ def test_the_same_item_with_other_error_codes_is_refused_and_nothing_written(sui
     with pytest.raises(EvalError, match=r"index 1 has different outcomes in .*a.jsonl and .*b.jsonl: "
                                         r"the error internal against the error worker_lost"):
         merge(suite, [a, b], str(out), echo=lambda line: None)
+    assert not out.exists()
+
+
+def answered(path, items, model: str) -> str:
+    """Each item answered alike (u: true at 0.8) by `model`."""
+    def line(item):
+        answers = {q.qid: shape_answer(q, [0.2, 0.8]) for q in item.request.questions}
+        record = answer_record(item, {"model": model, "answers": answers, "latency_ms": 5.0})
+        assert "result" in record
+        return record_line(record)
+    path.write_bytes(b"".join(map(line, items)))
+    return str(path)
+
+
+def test_the_same_answers_from_another_model_are_another_outcome_and_nothing_is_written(suite, tmp_path):
+    # Results from two models are two runs' results, not one run's shards: alike answers do not make them one.
+    items = read_suite(suite)
+    out = tmp_path / "merged.jsonl"
+    a = answered(tmp_path / "a.jsonl", items[:2], "jev-1")
+    assert merge(suite, [a, answered(tmp_path / "b.jsonl", items[1:], "jev-1")], str(out), echo=lambda line: None) == 0
+    out.unlink()
+    with pytest.raises(EvalError, match=r"index 1 has different outcomes in .*a.jsonl and .*c.jsonl"):
+        merge(suite, [a, answered(tmp_path / "c.jsonl", items[1:], "jev-2")], str(out), echo=lambda line: None)
     assert not out.exists()
 
 

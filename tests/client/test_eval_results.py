@@ -67,3 +67,16 @@ def test_blank_lines_between_results_are_kept_and_nothing_is_cut(tmp_path, items
         assert path.read_bytes() == whole
         log.append(records[2])
     assert sorted(read_results(str(path), items)) == [0, 1, 2]
+
+
+def test_a_whole_last_line_without_its_newline_gets_one_before_the_next_is_appended(tmp_path, items):
+    # A run killed between a line and its newline leaves a whole result: resuming keeps it, and what it appends
+    # must start a line of its own, not run on from it.
+    records = answered(items, [{"u": [0.3, 0.7]}] * 3)
+    path = tmp_path / "results.jsonl"
+    path.write_text(json.dumps(records[0]))
+    with ResultsLog(str(path), items) as log:
+        assert sorted(log.done) == [0]
+        log.append(records[1])
+    assert [json.loads(line)["index"] for line in path.read_text().splitlines()] == [0, 1]
+    assert sorted(read_results(str(path), items)) == [0, 1]
