@@ -4,7 +4,7 @@ that should catch it.
 Each entry names a file, a line of it as it is and as the bug would write it,
 and the tests that cover that module (as few as catch its slips). The line
 must occur exactly once in its file; tests/test_mutations_list.py checks every
-entry in `make test`, and holds this list's count (396 mutations: one entry
+entry in `make test`, and holds this list's count (400 mutations: one entry
 each) to len(MUTATIONS). A module added or rewritten comes with entries of
 its own. The gateway's, the rest of the supervisor side's and the eval
 runner's with the client library's live in files of their own beside this one
@@ -433,4 +433,21 @@ MUTATIONS = [
     m("eval report: an item that failed counted as not done", CLIENT + "eval/report.py",
       '                  "not_done": len(items) - len(records)},', '                  "not_done": len(items) - answered},',
       "tests/client/test_eval_metrics.py"),
+    m("prefix cache: past the byte bound the tenant with the most entries evicts, not the most bytes",
+      ENGINE + "prefix_cache.py",
+      "            measure = 1 if self.bytes > self.max_bytes else 0",
+      "            measure = 0 if self.bytes > self.max_bytes else 1",
+      "tests/engine/test_prefix_cache.py::test_past_the_byte_bound_the_tenant_holding_most_bytes_gives_one_up"
+      "_though_another_holds_more_entries"),
+    m("simulated stream: a pass handed over while the device is busy runs alongside", ENGINE + "stream.py",
+      "            ticket.ready_at = self._free_at = max(ticket.handed_at, self._free_at) + self.pass_s",
+      "            ticket.ready_at = self._free_at = ticket.handed_at + self.pass_s",
+      "tests/engine/test_stream.py"),
+    m("admission: a media request of exactly one question refused", ENGINE + "admission.py",
+      "        if len(request.questions) > MAX_MEDIA_QUESTIONS:",
+      "        if len(request.questions) >= MAX_MEDIA_QUESTIONS:",
+      "tests/model/test_multimodal.py::test_the_engine_checks_media_in_jevanys_order_and_never_drops_it"),
+    m("settings: JEVANY_COMPILE=0 not read as off", "jevany_daemon/config.py",
+      '    if value in ("", "0", "false", "off", "no"):', '    if value in ("", "false", "off", "no"):',
+      "tests/server/test_jevany_options.py::test_jevany_compile_takes_jevanys_values"),
 ] + CALLS_AND_ROUTING + GATEWAY + SUPERVISOR_SIDE + EVAL_AND_CLIENT

@@ -365,6 +365,19 @@ def test_under_the_byte_bound_each_of_n_tenants_keeps_its_share():
     assert {t: n for t, (n, _) in cache.tenants().items()} == {"alice": 4, "bob": 4, "mallory": 4}
 
 
+def test_past_the_byte_bound_the_tenant_holding_most_bytes_gives_one_up_though_another_holds_more_entries():
+    # Past the byte bound bytes are what must be given back, so the largest holder by bytes evicts (by entries
+    # only past the entry bound): a tenant of a few large states must not push out another's many small ones.
+    big, small = cache_nbytes(fake_cache(400)), cache_nbytes(fake_cache(50))
+    cache = PrefixCache(max_entries=100, max_bytes=2 * big + 5 * small, min_tokens=1)
+    for i in range(2):
+        cache.put((1, i), fake_cache(400), tenant="bulky")
+    for i in range(6):                                                   # the sixth passes the byte bound
+        cache.put((2, i), fake_cache(50), tenant="chatty")
+    assert cache.keys("bulky") == [(1, 1)] and cache.keys("chatty") == [(2, i) for i in range(6)]
+    assert cache.tenants() == {"bulky": (1, big), "chatty": (6, 6 * small)} and cache.evictions == 1
+
+
 @pytest.mark.parametrize("arch", ["qwen3", "qwen3_5"])
 def test_requests_of_different_tenants_never_share_a_cached_state(loaded_model, arch):
     # Whether a state is cached shows in how fast it is answered; a tenant must learn nothing of another's.

@@ -5,12 +5,14 @@ record what was queued on which device's stream. What is checked is the
 ordering the host asks for; CUDA keeps it (one stream per device runs in
 order, and a stream that waits for an event runs nothing after until it
 fires).
+
+And the simulated accelerator's timing (SimulatedStream, the CPU stream with a device's pace).
 """
 import pytest
 import torch
 
 from jevany_daemon.engine import stream as stream_module
-from jevany_daemon.engine.stream import Mark, Stream
+from jevany_daemon.engine.stream import Mark, SimulatedStream, Stream
 
 
 class Queued:
@@ -75,3 +77,16 @@ def test_on_a_spread_model_the_first_gpus_event_waits_for_the_copy_on_the_last(q
     assert copy == ("copy", 1, None)
     assert copied[:2] == ("record", 1) and wait == ("wait", 0, copied[2])
     assert done == ("record", 0, ticket.event.id)        # where began's event is: elapsed_time pairs them
+
+
+def test_the_simulated_device_runs_one_pass_at_a_time_so_back_to_back_passes_end_a_pass_apart():
+    # Two passes handed over at once queue on the one device: the second is ready pass_s after the first is,
+    # two pass_s after the first began, not pass_s after it was handed over (as if it ran alongside the first).
+    # pass_s is long and nothing is waited for: the times are read off the tickets, not measured.
+    pass_s = 60.0
+    stream = SimulatedStream(torch.device("cpu"), pass_s)
+    first = stream.download(torch.tensor([0.25, 0.75]), stream.begin())
+    second = stream.download(torch.tensor([0.5, 0.5]), stream.begin())
+    assert first.ready_at == pytest.approx(first.handed_at + pass_s)
+    assert second.ready_at == pytest.approx(first.ready_at + pass_s)
+    assert second.ready_at - first.handed_at >= 2 * pass_s

@@ -281,6 +281,9 @@ def test_the_engine_checks_media_in_jevanys_order_and_never_drops_it(loaded):
             engine.admit({**body, "media": [{"type": "video", "uri": "/m/v.mp4"}]})
     with pytest.raises(InvalidRequestError, match=r"media requests support at most 1 question\(s\)"):
         engine.admit({**body, "questions": {"a": {"type": "noul"}, "b": {"type": "noul"}}})
+    # JevAny's one question is the most a media request may ask, not one past it: exactly one is admitted.
+    admitted = engine.admit(body)
+    assert [q.qid for q in admitted.request.questions] == ["q"] and admitted.request.media
     assert engine.decide({"state": "s", "questions": {"q": {"type": "noul"}}})["answers"]["q"]["type"] == "noul"
 
 
