@@ -58,7 +58,7 @@ SLOW_FIRST = (
     "tests/server/test_media_requests.py",       # 78
     "tests/engine/test_parity.py",               # 70: trains the starter model others share
     "tests/reliability/test_soak.py",            # 76, mostly waiting: 60 s of moderate load
-    "tests/benchmarks/test_soak_bench.py",       # about 45: 30 s of the production mix
+    "tests/benchmarks/test_soak_bench.py",       # about 35: 20 s of the production mix
     "tests/server/test_error_codes.py",          # 70
     "tests/server/test_reload.py",               # 64
     "tests/benchmarks/test_bench_parity.py",     # 108; 66 once its run was cut
@@ -70,7 +70,7 @@ SLOW_FIRST = (
 def pytest_configure(config):
     config.addinivalue_line(
         "markers", "soak: a soak's short form, the 60-second one (tests/reliability; the full run is scripts/soak.py) "
-                   "and the production mix's 30 s (tests/benchmarks; benchmarks/soak_bench.py); -m 'not soak' "
+                   "and the production mix's 20 s (tests/benchmarks; benchmarks/soak_bench.py); -m 'not soak' "
                    "leaves them out")
 
 
