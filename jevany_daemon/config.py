@@ -84,6 +84,13 @@ class EngineConfig:
         1 << 30, "Bytes the prefix cache may hold per worker (on the model's device), so it cannot starve the "
         "batches.", group="batching", rule=integer(1))
 
+    # model/invariant.py: every product in fixed pieces, attention in fixed key blocks, widths rounded.
+    batch_invariant: bool = reloadable(
+        False, "Every answer the same to the last bit whatever it is batched with, wherever it sits in its "
+        "pass, and alone: passes run in the rows layout without the prefix cache, in kernels whose order of "
+        "operations no other row changes. For reproducing metrics while batching.", group="batching",
+        more="See [Batch-invariant answers](#batch-invariant-answers).")
+
     # JevAny's serve options, same names and defaults.
     date_facts: bool = reloadable(
         False, "Add to each state one sentence per pair of absolute dates in it ('August 3, 2026 is 12 days "
@@ -139,6 +146,13 @@ class EngineConfig:
         if self.compile is not None and self.cuda_graphs:
             raise ValueError("compile cannot be combined with cuda_graphs (as in JevAny): each captures the "
                              "passes its own way; give one of them")
+        if self.batch_invariant and self.layout not in ("auto", "rows"):
+            raise ValueError(f"batch_invariant runs the rows layout, not {self.layout}: a packed or shared pass "
+                             "computes a request's tokens in an order that depends on its neighbours")
+        if self.batch_invariant and self.runner is not None:
+            raise ValueError("batch_invariant cannot be combined with the shape plan (shape_plan, compile, "
+                             "cuda_graphs): its buckets' fixed readout and compiled kernels are not proven "
+                             "invariant")
 
 
 # JevAny's JEVANY_ATTN picks an attention backend; the layouts' masks (block-causal,

@@ -24,6 +24,7 @@ def describe(engine) -> dict:
         "source": m.source,
         "readout": m.readout,
         "layout": engine.layout.name,
+        "batch_invariant": engine.config.batch_invariant,
         "device": str(m.device),
         "dtype": DTYPE_NAMES.get(m.dtype, str(m.dtype)),
         "cpu_threads": torch.get_num_threads() if m.device.type == "cpu" else None,

@@ -18,6 +18,7 @@ from jevany_client.errors import JevanyError
 from jevany_daemon.config import EngineConfig, default_padding_waste
 from jevany_daemon.model.decision_model import DecisionModel
 from jevany_daemon.model.device_reports import devices_report
+from jevany_daemon.model.invariant import make_batch_invariant, round_width, rows_matmul
 from jevany_daemon.model.kernels import opaque_linear_attention
 
 from .admission import LATEST_ALIAS, MAX_MEDIA_QUESTIONS, Admission, Admitted
@@ -43,8 +44,11 @@ __all__ = ["Admitted", "BatchRecord", "BatchStats", "Engine", "LATEST_ALIAS", "M
 
 
 
-def choose_layout(model: DecisionModel, wanted: str):
-    """auto: packed where proven, else shared where proven (hybrid models), else rows."""
+def choose_layout(model: DecisionModel, wanted: str, batch_invariant: bool = False):
+    """auto: packed where proven, else shared where proven (hybrid models), else rows. Batch-invariant:
+    rows, their widths rounded (model/invariant.py); the settings refuse any other layout."""
+    if batch_invariant:
+        return RowsLayout(round_width)
     packable = model.model_type in PACKED_PROVEN and not model.hybrid
     shareable = model.model_type in SHARED_PROVEN
     if wanted == "packed" and not packable:
@@ -74,10 +78,12 @@ class Engine:
         self.model, self.config, self.observer = model, config, observer
         # The device as passes see it; a simulated accelerator for benchmarks (stream.py).
         self.stream = make_stream(model.device, simulated_pass_ms)
-        self.layout = choose_layout(model, config.layout)
-        self.readout = make_readout(model, config.choice_temperature)
+        if config.batch_invariant:
+            make_batch_invariant(model)       # the model's own kernels, for good: one engine per model
+        self.layout = choose_layout(model, config.layout, config.batch_invariant)
+        self.readout = make_readout(model, config.choice_temperature, config.batch_invariant)
         self.encoder = make_encoder(model)
-        self.blend = native_blend(model, config.choice_native_weight)
+        self.blend = native_blend(model, config.choice_native_weight, config.batch_invariant)
         self.max_options = self.readout.max_options
         if self.blend is not None:
             self.max_options = min(self.max_options, self.blend.readout.max_options)
@@ -333,7 +339,8 @@ class Engine:
 
 def _prefix_reuse(model: DecisionModel, config: EngineConfig, head, stream):
     """(the prefix cache, the layout that continues from it), or (None, None): no cache, or not proven here."""
-    if config.prefix_cache <= 0 or model.model_type not in SHARED_PROVEN:
+    # A continued pass computes a request's tokens apart from its kept prefix: not batch-invariant.
+    if config.prefix_cache <= 0 or config.batch_invariant or model.model_type not in SHARED_PROVEN:
         return None, None
     cache = PrefixCache(config.prefix_cache, config.prefix_cache_bytes, config.prefix_min_tokens)
     reuse = PackedReuse if model.model_type in PACKED_PROVEN and not model.hybrid else RowReuse

@@ -103,6 +103,9 @@ class Layout:
 class RowsLayout(Layout):
     name = "rows"
 
+    def __init__(self, rounded: Callable[[int], int] | None = None):
+        self.rounded = rounded      # the width a pass's rows are padded to, from its widest (batch-invariant)
+
     @staticmethod
     def shape(enc: Encoded) -> Shape:
         return Shape(len(enc.branches), max(enc.row_lengths))
@@ -112,7 +115,7 @@ class RowsLayout(Layout):
         return sum(enc.row_lengths)
 
     def prepare(self, encs: list[Encoded], pad_id: int, upload: Upload, backbone: Backbone = None) -> OneForward:
-        grid = Grid(pad_id)
+        grid = Grid(pad_id, rounded=self.rounded)
         for e in encs:
             for b in e.branches:
                 row = [*e.prefix, *b.tokens]

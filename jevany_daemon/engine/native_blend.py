@@ -20,10 +20,10 @@ FLOOR = 1e-12
 
 
 class NativeBlend:
-    def __init__(self, model: DecisionModel, weight: float):
+    def __init__(self, model: DecisionModel, weight: float, batch_invariant: bool = False):
         native = model.native()
         self.kind, self.temperature = native.readout, native.temperature
-        self.readout = make_readout(native)
+        self.readout = make_readout(native, batch_invariant=batch_invariant)
         self.encoder = make_encoder(native)
         self.weight = float(weight)
 
@@ -31,7 +31,7 @@ class NativeBlend:
         return [pool(c, n, self.weight) for c, n in zip(choice, native, strict=True)]
 
 
-def native_blend(model: DecisionModel, weight: float) -> NativeBlend | None:
+def native_blend(model: DecisionModel, weight: float, batch_invariant: bool = False) -> NativeBlend | None:
     """The blend choice_native_weight asks for; None at 0 (no second pass). Refuses what cannot blend."""
     if weight == 0:
         return None
@@ -43,7 +43,7 @@ def native_blend(model: DecisionModel, weight: float) -> NativeBlend | None:
         raise ValueError(f"choice_native_weight={weight} needs a JevAny checkpoint with a native readout (a run "
                          f"directory whose head.pt gives pointer or lm_token); {model.source!r} is a plain causal "
                          "LM, so there is nothing to blend with; set choice_native_weight to 0")
-    return NativeBlend(model, weight)
+    return NativeBlend(model, weight, batch_invariant)
 
 
 def pool(choice: list[float], native: list[float], weight: float) -> list[float]:

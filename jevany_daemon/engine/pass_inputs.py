@@ -8,6 +8,7 @@ positions, readout positions, cache gathers), hands them all to one
 segments and positions on the device, with a few tensor ops per pass.
 """
 from dataclasses import dataclass, field
+from typing import Callable
 
 import torch
 
@@ -53,6 +54,7 @@ class Grid:
     """
     pad_id: int
     left: bool = False
+    rounded: Callable[[int], int] | None = None     # widest row -> the width rows are padded to (None: it)
     rows: list[tuple[list[int], list[int], list[int]]] = field(default_factory=list)
     reads: list[tuple[int, int]] = field(default_factory=list)    # (row, column before padding), in order
 
@@ -65,7 +67,8 @@ class Grid:
 
     @property
     def width(self) -> int:
-        return max(len(ids) for ids, _, _ in self.rows)
+        widest = max(len(ids) for ids, _, _ in self.rows)
+        return widest if self.rounded is None else self.rounded(widest)
 
     def register(self, upload: Upload) -> "Sent":
         """Add the grid's flat lists to a pass's upload."""

@@ -19,16 +19,24 @@ probabilities come back in a fixed layout, which ``unpack`` reads on the host.
 import torch
 
 from jevany_daemon.model.decision_model import DecisionModel
+from jevany_daemon.model.invariant import rows_matmul
 
 from .pass_inputs import Upload
 from .prompts import CHOICE_IDS
 
 
-def make_readout(model: DecisionModel, choice_temperature: float | None = None):
-    """The model's readout; choice_temperature (None: the model's) applies to the choice readout only."""
+def make_readout(model: DecisionModel, choice_temperature: float | None = None, batch_invariant: bool = False):
+    """The model's readout; choice_temperature (None: the model's) applies to the choice readout only.
+    batch_invariant: label rows projected in fixed pieces (model/invariant.py)."""
     if model.readout == "choice":
-        return ChoiceReadout(model, choice_temperature)
-    return {"pointer": PointerReadout, "lm_token": TokenReadout}[model.readout](model)
+        readout = ChoiceReadout(model, choice_temperature)
+    else:
+        readout = {"pointer": PointerReadout, "lm_token": TokenReadout}[model.readout](model)
+    # The pointer head's linear layers are the model's, already swapped (model/invariant.py); the softmax
+    # over a pass's padded options is invariant as torch runs it (its padding is exact zeros at the end).
+    if batch_invariant and not isinstance(readout, PointerReadout):
+        readout.matmul = rows_matmul
+    return readout
 
 
 class Plan:
@@ -154,6 +162,7 @@ class _LabelReadout:
     """Shared by lm_token and choice-token: read one state per question, project onto label rows."""
 
     labels: int    # label columns label_logits returns
+    matmul = staticmethod(torch.matmul)     # hidden states x label rows
 
     def plan(self, counts: list[int], upload: Upload) -> Plan:
         # The grid is the label scores themselves: question q's option j is column j of row q.
@@ -200,7 +209,7 @@ class TokenReadout(_LabelReadout):
         self.columns = torch.arange(self.labels, device=self.weight.device)    # label numbers (fixed form)
 
     def label_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        z = hidden @ self.weight.T
+        z = self.matmul(hidden, self.weight.T)
         return z if self.bias is None else z + self.bias
 
 
@@ -237,7 +246,7 @@ class ChoiceReadout(_LabelReadout):
         self.softcap = getattr(model._text_config, "final_logit_softcapping", None)
 
     def label_logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        z = hidden @ self.weight.T
+        z = self.matmul(hidden, self.weight.T)
         if self.bias is not None:
             z = z + self.bias
         if self.softcap:

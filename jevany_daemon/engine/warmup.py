@@ -22,6 +22,15 @@ class WarmUpError(RuntimeError):
     """The model cannot score on this device; the message says why."""
 
 
+def _probes() -> list[dict]:
+    """Requests of widths from a few tokens to a few hundred, with one and two questions: a pass of them
+    pads every row but the widest, and each sits at another place than alone."""
+    words = "order refund account delivery status ticket login payment".split()
+    return [{"state": {"note": " ".join(words[i % len(words)] for i in range(n))},
+             "questions": {"q": {"type": "noul"}} if n % 2 else dict(_TWO["questions"])}
+            for n in (3, 17, 60, 131, 250, 9)]
+
+
 def warm_up(engine: Engine) -> list[str]:
     """Run every path once; return the paths run. Raises WarmUpError if one fails.
 
@@ -47,15 +56,45 @@ def warm_up(engine: Engine) -> list[str]:
     if len(admitted) > 1 and engine.config.max_batch_size > 1:
         _run(engine, admitted[:2])
         paths.append("batched")
+    if engine.config.batch_invariant and engine.config.max_batch_size > 1:
+        _check_invariance(engine)
+        paths.append("batch-invariant, checked")
     engine.reset_statistics()    # warm-up passes are neither traffic nor a fair speed sample
     return paths
 
 
-def _run(engine: Engine, batch: list[Admitted]) -> None:
-    """One pass of exactly this batch; a batched pass that fell back to scoring alone counts as failed."""
-    for outcome in engine.run_batch(batch):
+def _check_invariance(engine: Engine) -> None:
+    """--batch-invariant rests on how this host's kernels order their sums (model/invariant.py): answers
+    batched and alone are compared here, bit for bit, before the worker serves anything."""
+    probes = []
+    for body in _probes():
+        try:
+            probes.append(engine.admit(body))
+        except JevanyError:
+            continue          # refused by the configured limits: no request of its shape gets through either
+    probes = probes[:engine.config.max_batch_size]
+    alone = [_answers(_run(engine, [a]))[0] for a in probes]
+    for order in (probes, probes[::-1]):
+        batched = _answers(_run(engine, order))
+        expected = alone if order is probes else alone[::-1]
+        if batched != expected:
+            raise WarmUpError(f"batch_invariant: on this host ({engine.model.device}, "
+                              f"{engine.model.dtype}) an answer batched differs from its answer alone in its "
+                              "last bits, so the setting cannot keep its promise here; serve without it")
+
+
+def _answers(outcomes: list) -> list:
+    return [(o["answers"], o["usage"]) for o in outcomes]
+
+
+def _run(engine: Engine, batch: list[Admitted]) -> list:
+    """One pass of exactly this batch, its outcomes; a batched pass that fell back to scoring alone counts
+    as failed."""
+    outcomes = engine.run_batch(batch)
+    for outcome in outcomes:
         if isinstance(outcome, JevanyError):
             raise WarmUpError(f"warm-up scoring failed on {engine.model.device}: {outcome.message}")
         if outcome["batch"]["size"] != len(batch):
             raise WarmUpError(f"warm-up: a batched pass failed on {engine.model.device}; "
                               "its requests only scored alone")
+    return outcomes

@@ -8,6 +8,7 @@ pointer_head.py    the trained pointer head: DECIDE queries each option's close 
 decision_model.py  what a loaded decision model is: a causal LM, its tokenizer, its readout
 placement.py       where the weights go: one device, or several GPUs by Accelerate's device map
 kernels.py         which kernels run a hybrid model's linear-attention layers
+invariant.py       batch-invariant kernels: products in fixed pieces, attention in fixed key blocks
 multimodal.py      media on multimodal checkpoints: the processor, and the one forward that reads it
 qwen_video.py      Qwen3-VL's video preprocessing in plain torch, for hosts without torchvision
 device_reports.py  what a worker says about its device(s): name, memory in use and in total

@@ -1,0 +1,114 @@
+"""--batch-invariant: every answer the same to the last bit alone, in passes of random companions and at
+any place in them, on every readout and both architectures, FP32 and BF16 (model/invariant.py)."""
+import random
+
+import pytest
+
+from jevany_daemon import workloads
+from jevany_daemon.config import EngineConfig
+from jevany_daemon.engine.engine import Engine
+from jevany_daemon.engine.warmup import WarmUpError, warm_up
+from jevany_daemon.model.loading import load_model
+from jevany_daemon.parity import compare
+
+# Lengths from a few words to about 200 tokens, 1 to 4 questions: widths and option counts vary by pass.
+REQUESTS = workloads.mixed(24, seed=5, max_words=60)
+
+
+def invariant_engine(tiny_model, arch, readout, dtype="fp32", **settings):
+    # A model of its own: the engine swaps its kernels for good, and the session's shared models stay as loaded.
+    model = load_model(str(tiny_model(arch, readout)), device="cpu", dtype=dtype)
+    settings = {"max_batch_size": 16, "max_padding_waste": 1.0, "batch_policy": "greedy", **settings}
+    return Engine(model, EngineConfig(batch_invariant=True, **settings))
+
+
+def kept(result: dict) -> tuple:
+    """What must not move: every probability (compared exactly) and the token counts."""
+    return result["answers"], result["usage"]
+
+
+def random_passes(rng: random.Random, n: int) -> list[list[int]]:
+    """The requests shuffled, then cut into passes of 2 to 12."""
+    order = list(range(n))
+    rng.shuffle(order)
+    passes, at = [], 0
+    while at < n:
+        size = rng.randint(2, 12)
+        passes.append(order[at: at + size])
+        at += size
+    return passes
+
+
+def assert_invariant(engine, requests, seed, trials=2, biggest=8):
+    alone = [kept(engine.score([engine.admit(b)])[0]) for b in requests]
+    rng, sizes = random.Random(seed), []
+    for _ in range(trials):
+        for members in random_passes(rng, len(requests)):
+            results = engine.score([engine.admit(requests[i]) for i in members])
+            sizes += [r["batch"]["size"] for r in results]
+            moved = [i for i, r in zip(members, results) if kept(r) != alone[i]]
+            assert moved == [], f"requests {moved} of a pass of {members} differ from their answers alone"
+    assert max(sizes) >= biggest        # the passes really held many requests
+
+
+@pytest.mark.parametrize("arch,readout,dtype", [
+    ("qwen3", "choice", "fp32"),
+    ("qwen3", "pointer", "fp32"),
+    ("qwen3", "lm_token", "fp32"),
+    ("qwen3_5", "choice", "fp32"),
+    ("qwen3_5", "pointer", "fp32"),
+    ("qwen3", "choice", "bf16"),
+    ("qwen3_5", "pointer", "bf16"),
+])
+def test_every_answer_is_the_same_to_the_last_bit_alone_and_in_any_pass(tiny_model, arch, readout, dtype):
+    engine = invariant_engine(tiny_model, arch, readout, dtype)
+    requests = REQUESTS if dtype == "fp32" else REQUESTS[:12]      # BF16 on a CPU is slow
+    assert_invariant(engine, requests, seed=f"{arch}-{readout}-{dtype}")
+
+
+def test_long_rows_beside_longer_ones_keep_their_bits(tiny_model):
+    """Rows of hundreds of tokens padded to others' widths: where torch's own attention blocks by width."""
+    long = workloads.mixed(5, seed=9, min_words=300, max_words=550, max_questions=1) + REQUESTS[:3]
+    engine = invariant_engine(tiny_model, "qwen3", "choice", max_packed_tokens=1 << 15)
+    assert max(kept(engine.score([engine.admit(b)])[0])[1]["input_tokens"] for b in long) > 600
+    assert_invariant(engine, long, seed="long", trials=1, biggest=4)
+
+
+def test_the_prefix_cache_and_layout_settings_change_no_answer(tiny_model):
+    """The cache is not used and auto means rows: answers with them on are those with them off."""
+    on = invariant_engine(tiny_model, "qwen3", "choice", prefix_cache=8, prefix_min_tokens=16, layout="auto")
+    off = invariant_engine(tiny_model, "qwen3", "choice", prefix_cache=0, layout="rows")
+    assert on.prefix_cache is None and on.layout.name == "rows" and on.describe()["batch_invariant"] is True
+    # each state twice: with a cache, the second would be a hit
+    requests = REQUESTS[:8] + REQUESTS[:8]
+    assert [kept(r) for r in on.score([on.admit(b) for b in requests])] == \
+           [kept(off.score([off.admit(b)])[0]) for b in requests]
+
+
+def test_answers_stay_within_parity_of_the_default_kernels(tiny_model, loaded_model):
+    invariant = invariant_engine(tiny_model, "qwen3_5", "pointer")
+    default = Engine(loaded_model("qwen3_5", "pointer"), EngineConfig(max_batch_size=16, layout="rows",
+                                                                        prefix_cache=0))
+    report = compare(default.score([default.admit(b) for b in REQUESTS]),
+                     invariant.score([invariant.admit(b) for b in REQUESTS]))
+    assert report["max_abs_diff"] <= 1e-5, report
+    assert report["decisions_changed"] == [] and report["probabilities"] > len(REQUESTS) * 2
+
+
+def test_the_warm_up_checks_the_promise_on_this_host_and_refuses_to_serve_without_it(tiny_model):
+    engine = invariant_engine(tiny_model, "qwen3_5", "choice")
+    assert "batch-invariant, checked" in warm_up(engine)
+    engine.layout.rounded = None        # widths as they come: a hybrid layer's gates end in scalar code
+    with pytest.raises(WarmUpError, match="batch_invariant: on this host"):
+        warm_up(engine)
+
+
+@pytest.mark.parametrize("settings,words", [
+    ({"layout": "packed"}, "rows layout"),
+    ({"layout": "shared"}, "rows layout"),
+    ({"shape_plan": True}, "shape plan"),
+    ({"compile": "default"}, "shape plan"),
+])
+def test_the_settings_refuse_what_cannot_be_invariant(settings, words):
+    with pytest.raises(ValueError, match=words):
+        EngineConfig(batch_invariant=True, **settings)
