@@ -43,6 +43,9 @@ Phases, in order (--phases runs some of them, --dtypes them in one dtype):
               for hand-overs of 32, 64 and 128, the delta rule on PyTorch under graphs (bf16),
               and in bf16 a batched and a serial graphs daemon, --clients closed-loop, every
               round kept (gpu_graphs.py; on the CPU the plan runs eagerly, nothing judged)
+  invariant   per dtype, in-process: --parity-n requests alone, then in random passes of up to
+              --batch, with today's kernels and with --batch-invariant: answers bit-identical to
+              their answers alone, and throughput of each (gpu_invariant.py; reported, not judged)
 
 Targets, judged at the end: fp32 parity max |dp| <= 1e-5, 0 decisions changed, every
 probability finite (fp32 and bf16), no request failed; the daemons counted no pass with a
@@ -91,6 +94,7 @@ try:
     from gpu_busy import busy_phase, tune_rows
     from gpu_daemons import CPU_THREADS, CheckDaemon, CheckError, Fleet, close_pool, daemon_name
     from gpu_graphs import daemon_args, daemon_rounds, graphs_phase
+    from gpu_invariant import invariant_phase
     from gpu_parity import DTYPES, LAYOUTS, READOUTS, parity_phase
     from gpu_report import judge, print_speed, print_targets
     from harness import ClientPool, machine, median, percentile, write_result
@@ -108,7 +112,7 @@ HERE = Path(__file__).resolve().parent
 EXIT_MET, EXIT_NOT_MET, EXIT_USAGE, EXIT_ERROR = 0, 1, 2, 3
 
 SPEED_MODEL = ("qwen3_5", "choice")     # what users run: the hybrid model, the default readout
-PHASES = ("parity", "busy", "speed", "graphs")
+PHASES = ("parity", "busy", "speed", "graphs", "invariant")
 BUDGET_S = 480                          # the 8 minutes a GPU run must fit
 
 SIZES = {   # (GPU, --cpu): see the module docstring
@@ -237,6 +241,10 @@ def dtype_phase(dtype: str, daemons: dict, pool: ClientPool | None, model_dir: P
             save()
     del model
     release(device)
+    if "invariant" in args.phases:
+        invariant_phase(model_dir, device, dtype, args, out.setdefault("invariant", {}))
+        save()
+        release(device)
 
 
 def speed_phase(dtype: str, daemons: dict, pool: ClientPool, model, ref: InProcess, device: str, args) -> dict:

@@ -101,6 +101,16 @@ def test_busy_for_both_dtypes_and_every_variant(check):
                 assert [o["ms"] for o in ops] == sorted((o["ms"] for o in ops), reverse=True)
 
 
+def test_the_invariant_phase_counts_bit_identical_answers_for_both_dtypes(check):
+    for dtype in ("fp32", "bf16"):
+        phase = check["dtypes"][dtype]["invariant"]
+        assert phase["invariant"]["requests"] == phase["today"]["requests"] == 2
+        assert phase["invariant"]["bit_identical"] == 2       # what the setting promises, on this CPU
+        assert 0 <= phase["today"]["bit_identical"] <= 2
+        assert phase["invariant"]["rps"] > 0 and phase["today"]["rps"] > 0
+        assert phase["invariant_over_today"] == phase["invariant"]["rps"] / phase["today"]["rps"]
+
+
 def test_graphs_for_both_dtypes_and_its_daemons_in_bf16(check):
     for dtype in ("fp32", "bf16"):
         graphs = check["dtypes"][dtype]["graphs"]
