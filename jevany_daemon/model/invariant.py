@@ -30,8 +30,8 @@ CPU (torch 2.13, FP32 and BF16; docs/SERVING.md#batch-invariant-answers):
   positions, embeddings, the pointer readout's softmax over a pass's padded
   options.
 
-Queries, keys and pieces are padded on the way in and cut on the way out;
-nothing here reads a device value, so a pass stays one queue of kernels.
+Keys and pieces are padded on the way in and cut on the way out; nothing
+here reads a device value, so a pass stays one queue of kernels.
 """
 import types
 
@@ -42,6 +42,7 @@ PIECE_ROWS = 16       # rows of every product's pieces: each piece one small pro
 KEY_BLOCK = 64        # keys attention reads at a time
 WIDTH_MULTIPLE = 32   # tokens a pass's rows are rounded to: two AVX-512 vectors of FP32, four of AVX2
 ATTENTION = "jevany_batch_invariant"    # the attention implementation's name, as transformers registers it
+
 
 def round_width(width: int) -> int:
     """A pass's width, rounded up to WIDTH_MULTIPLE."""
@@ -90,15 +91,15 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
     k = F.pad(key.float(), (0, 0, 0, blocks * KEY_BLOCK - width)).reshape(batch * heads, -1, dim)
     # A row of ones under the values: the product that weighs them sums the weights too.
     v = F.pad(value.float(), (0, 1, 0, blocks * KEY_BLOCK - width), value=1.0).reshape(batch * heads, -1, dim + 1)
-    mask = F.pad(attention_mask.float(), (0, blocks * KEY_BLOCK - width), value=lowest).transpose(-1, -2)
-    mask = mask.expand(batch, heads, -1, length).reshape(batch * heads, -1, length)    # [BH, W, L]
+    mask = F.pad(attention_mask.float(), (0, blocks * KEY_BLOCK - width), value=lowest).transpose(-1, -2)  # [B,1,W,L]
     peak = columns.new_full((batch * heads, 1, length), lowest)
     acc = columns.new_zeros((batch * heads, dim + 1, length))
     for j in range(blocks):
         keys, seen = slice(j * KEY_BLOCK, (j + 1) * KEY_BLOCK), slice(j * KEY_BLOCK, None)
         # Causal: a query before the block sees none of its keys, and the block would leave its sums exactly
         # as they are (weights exp(lowest - peak) = 0), so only the queries from the block's first key on read it.
-        scores = torch.bmm(k[:, keys], columns[:, :, seen]) + mask[:, keys, seen]     # [BH, KEY_BLOCK, L']
+        scores = torch.bmm(k[:, keys], columns[:, :, seen]).view(batch, heads, KEY_BLOCK, -1)
+        scores = (scores + mask[:, :, keys, seen]).view(batch * heads, KEY_BLOCK, -1)     # [BH, KEY_BLOCK, L']
         new = torch.maximum(peak[:, :, seen], scores.amax(1, keepdim=True))
         # the first block: acc is 0, and exp(lowest - new) is 0 or, where nothing was seen yet, 1 times 0
         weighed = torch.bmm(v[:, keys].transpose(1, 2), (scores - new).exp())
