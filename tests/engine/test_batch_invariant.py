@@ -12,7 +12,7 @@ from jevany_daemon.model.loading import load_model
 from jevany_daemon.parity import compare
 
 # Lengths from a few words to about 200 tokens, 1 to 4 questions: widths and option counts vary by pass.
-REQUESTS = workloads.mixed(24, seed=5, max_words=60)
+REQUESTS = workloads.mixed(16, seed=5, max_words=60)
 
 
 def invariant_engine(tiny_model, arch, readout, dtype="fp32", **settings):
@@ -28,18 +28,18 @@ def kept(result: dict) -> tuple:
 
 
 def random_passes(rng: random.Random, n: int) -> list[list[int]]:
-    """The requests shuffled, then cut into passes of 2 to 12."""
+    """The requests shuffled, then cut into a pass of 8 and passes of 2 to 12."""
     order = list(range(n))
     rng.shuffle(order)
     passes, at = [], 0
     while at < n:
-        size = rng.randint(2, 12)
+        size = 8 if at == 0 else rng.randint(2, 12)
         passes.append(order[at: at + size])
         at += size
     return passes
 
 
-def assert_invariant(engine, requests, seed, trials=2, biggest=8):
+def assert_invariant(engine, requests, seed, trials=1, biggest=8):
     alone = [kept(engine.score([engine.admit(b)])[0]) for b in requests]
     rng, sizes = random.Random(seed), []
     for _ in range(trials):
@@ -62,16 +62,16 @@ def assert_invariant(engine, requests, seed, trials=2, biggest=8):
 ])
 def test_every_answer_is_the_same_to_the_last_bit_alone_and_in_any_pass(tiny_model, arch, readout, dtype):
     engine = invariant_engine(tiny_model, arch, readout, dtype)
-    requests = REQUESTS if dtype == "fp32" else REQUESTS[:12]      # BF16 on a CPU is slow
+    requests = REQUESTS if dtype == "fp32" else REQUESTS[:10]      # BF16 on a CPU is slow
     assert_invariant(engine, requests, seed=f"{arch}-{readout}-{dtype}")
 
 
 def test_long_rows_beside_longer_ones_keep_their_bits(tiny_model):
     """Rows of hundreds of tokens padded to others' widths: where torch's own attention blocks by width."""
-    long = workloads.mixed(5, seed=9, min_words=300, max_words=550, max_questions=1) + REQUESTS[:3]
+    long = workloads.mixed(4, seed=9, min_words=300, max_words=550, max_questions=1) + REQUESTS[:2]
     engine = invariant_engine(tiny_model, "qwen3", "choice", max_packed_tokens=1 << 15)
     assert max(kept(engine.score([engine.admit(b)])[0])[1]["input_tokens"] for b in long) > 600
-    assert_invariant(engine, long, seed="long", trials=1, biggest=4)
+    assert_invariant(engine, long, seed="long", biggest=4)
 
 
 def test_the_prefix_cache_and_layout_settings_change_no_answer(tiny_model):
