@@ -13,17 +13,14 @@ from jevany_daemon import workloads
 from jevany_daemon.config import EngineConfig
 from jevany_daemon.engine.engine import Engine
 from jevany_daemon.model.loading import load_model
+from jevany_daemon.parity import exact_part
 
 SEED = 7
 
 
-def _kept(result: dict) -> tuple:
-    return result["answers"], result["usage"]
-
-
 def bit_identical(engine: Engine, bodies: list, batch: int) -> int:
     """Answers in random passes that equal, bit for bit, the same requests' answers alone."""
-    alone = [_kept(engine.score([engine.admit(b)])[0]) for b in bodies]
+    alone = [exact_part(engine.score([engine.admit(b)])[0]) for b in bodies]
     rng = random.Random(SEED)
     order = list(range(len(bodies)))
     rng.shuffle(order)
@@ -32,7 +29,7 @@ def bit_identical(engine: Engine, bodies: list, batch: int) -> int:
         members = order[at: at + rng.randint(2, batch)]
         at += len(members)
         results = engine.score([engine.admit(bodies[i]) for i in members])
-        same += sum(_kept(r) == alone[i] for i, r in zip(members, results))
+        same += sum(exact_part(r) == alone[i] for i, r in zip(members, results))
     return same
 
 

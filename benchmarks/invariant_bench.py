@@ -30,21 +30,18 @@ from pathlib import Path
 from harness import HERE, ClientPool, Daemon, like_a_worker, machine, worker_env_in_effect, write_result
 from jevany_daemon import workloads
 from jevany_daemon.model.tiny import build_tiny_model
+from jevany_daemon.parity import exact_part
 
 MEASURED_SEED, WARM_SEED = 1, 2
 DAEMONS = {"alone": (1, ()), "batched": (32, ()), "uncached": (32, ("--prefix-cache", "0")),
            "invariant": (32, ("--batch-invariant",))}
 
 
-def kept(result: dict) -> tuple:
-    return result["answers"], result["usage"]
-
-
 def identical(daemon: Daemon, bodies: list) -> dict:
     """Answers batched by the daemon against the same requests sent one at a time."""
     together = daemon.client.decide_many(bodies)
     alone = [daemon.client.decide_request(b) for b in bodies]
-    same = sum(kept(a) == kept(b) for a, b in zip(together, alone, strict=True))
+    same = sum(exact_part(a) == exact_part(b) for a, b in zip(together, alone, strict=True))
     return {"requests": len(bodies), "bit_identical": same,
             "largest_pass": max(r["batch"]["size"] for r in together)}
 

@@ -15,6 +15,12 @@ from jevany_client.errors import InternalError
 from jevany_client.schema import parse_decision
 
 
+def exact_part(result: dict) -> tuple:
+    """What --batch-invariant keeps to the last bit: the answers and the token counts (compared with ==;
+    `batch` and `latency_ms` describe the pass, not the answer)."""
+    return result["answers"], result["usage"]
+
+
 def worst(values) -> float:
     """The largest difference, NaN if any is NaN (plain max() keeps whichever value came first)."""
     values = list(values)

@@ -8,6 +8,8 @@ here stops its worker with a clear message instead of failing every request.
 """
 from jevany_client.errors import JevanyError
 
+from jevany_daemon.parity import exact_part
+
 from .engine import Admitted, Engine
 
 # One question takes the layouts' single-branch path; two questions the
@@ -73,18 +75,14 @@ def _check_invariance(engine: Engine) -> None:
         except JevanyError:
             continue          # refused by the configured limits: no request of its shape gets through either
     probes = probes[:engine.config.max_batch_size]
-    alone = [_answers(_run(engine, [a]))[0] for a in probes]
+    alone = [exact_part(_run(engine, [a])[0]) for a in probes]
     for order in (probes, probes[::-1]):
-        batched = _answers(_run(engine, order))
+        batched = [exact_part(o) for o in _run(engine, order)]
         expected = alone if order is probes else alone[::-1]
         if batched != expected:
             raise WarmUpError(f"batch_invariant: on this host ({engine.model.device}, "
                               f"{engine.model.dtype}) an answer batched differs from its answer alone in its "
                               "last bits, so the setting cannot keep its promise here; serve without it")
-
-
-def _answers(outcomes: list) -> list:
-    return [(o["answers"], o["usage"]) for o in outcomes]
 
 
 def _run(engine: Engine, batch: list[Admitted]) -> list:

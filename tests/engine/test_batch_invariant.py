@@ -9,7 +9,7 @@ from jevany_daemon.config import EngineConfig
 from jevany_daemon.engine.engine import Engine
 from jevany_daemon.engine.warmup import WarmUpError, warm_up
 from jevany_daemon.model.loading import load_model
-from jevany_daemon.parity import compare
+from jevany_daemon.parity import compare, exact_part
 
 # Lengths from a few words to about 200 tokens, 1 to 4 questions: widths and option counts vary by pass.
 REQUESTS = workloads.mixed(16, seed=5, max_words=60)
@@ -20,11 +20,6 @@ def invariant_engine(tiny_model, arch, readout, dtype="fp32", **settings):
     model = load_model(str(tiny_model(arch, readout)), device="cpu", dtype=dtype)
     settings = {"max_batch_size": 16, "max_padding_waste": 1.0, "batch_policy": "greedy", **settings}
     return Engine(model, EngineConfig(batch_invariant=True, **settings))
-
-
-def kept(result: dict) -> tuple:
-    """What must not move: every probability (compared exactly) and the token counts."""
-    return result["answers"], result["usage"]
 
 
 def random_passes(rng: random.Random, n: int) -> list[list[int]]:
@@ -40,13 +35,13 @@ def random_passes(rng: random.Random, n: int) -> list[list[int]]:
 
 
 def assert_invariant(engine, requests, seed, trials=1, biggest=8):
-    alone = [kept(engine.score([engine.admit(b)])[0]) for b in requests]
+    alone = [exact_part(engine.score([engine.admit(b)])[0]) for b in requests]
     rng, sizes = random.Random(seed), []
     for _ in range(trials):
         for members in random_passes(rng, len(requests)):
             results = engine.score([engine.admit(requests[i]) for i in members])
             sizes += [r["batch"]["size"] for r in results]
-            moved = [i for i, r in zip(members, results) if kept(r) != alone[i]]
+            moved = [i for i, r in zip(members, results) if exact_part(r) != alone[i]]
             assert moved == [], f"requests {moved} of a pass of {members} differ from their answers alone"
     assert max(sizes) >= biggest        # the passes really held many requests
 
@@ -70,7 +65,7 @@ def test_long_rows_beside_longer_ones_keep_their_bits(tiny_model):
     """Rows of hundreds of tokens padded to others' widths: where torch's own attention blocks by width."""
     long = workloads.mixed(4, seed=9, min_words=300, max_words=550, max_questions=1) + REQUESTS[:2]
     engine = invariant_engine(tiny_model, "qwen3", "choice", max_packed_tokens=1 << 15)
-    assert max(kept(engine.score([engine.admit(b)])[0])[1]["input_tokens"] for b in long) > 600
+    assert max(exact_part(engine.score([engine.admit(b)])[0])[1]["input_tokens"] for b in long) > 600
     assert_invariant(engine, long, seed="long", biggest=4)
 
 
@@ -81,8 +76,8 @@ def test_the_prefix_cache_and_layout_settings_change_no_answer(tiny_model):
     assert on.prefix_cache is None and on.layout.name == "rows" and on.describe()["batch_invariant"] is True
     # each state twice: with a cache, the second would be a hit
     requests = REQUESTS[:8] + REQUESTS[:8]
-    assert [kept(r) for r in on.score([on.admit(b) for b in requests])] == \
-           [kept(off.score([off.admit(b)])[0]) for b in requests]
+    assert [exact_part(r) for r in on.score([on.admit(b) for b in requests])] == \
+           [exact_part(off.score([off.admit(b)])[0]) for b in requests]
 
 
 def test_answers_stay_within_parity_of_the_default_kernels(tiny_model, loaded_model):
