@@ -4,18 +4,20 @@ that should catch it.
 Each entry names a file, a line of it as it is and as the bug would write it,
 and the tests that cover that module (as few as catch its slips). The line
 must occur exactly once in its file; tests/test_mutations_list.py checks every
-entry in `make test`, and holds this list's count (409 mutations: one entry
+entry in `make test`, and holds this list's count (416 mutations: one entry
 each) to len(MUTATIONS). A module added or rewritten comes with entries of
 its own. The gateway's, the rest of the supervisor side's and the eval
 runner's with the client library's live in files of their own beside this one
 (mutations_gateway.py, mutations_server.py, mutations_eval.py), each pointing
-at the unit tests named after its modules, and the client's calls, routing and
-decode caps in mutations_calls.py; this file gathers them after its own.
+at the unit tests named after its modules, the client's calls, routing and
+decode caps in mutations_calls.py, and --batch-invariant's kernels and layouts
+in mutations_invariant.py; this file gathers them after its own.
 """
 from mutation_entry import ROOT, Mutation, m      # noqa: F401  (a held-out list imports m from here)
 from mutations_calls import MUTATIONS as CALLS_AND_ROUTING
 from mutations_eval import MUTATIONS as EVAL_AND_CLIENT
 from mutations_gateway import MUTATIONS as GATEWAY
+from mutations_invariant import MUTATIONS as BATCH_INVARIANT
 from mutations_server import MUTATIONS as SUPERVISOR_SIDE
 
 
@@ -41,8 +43,6 @@ GATHER_STAGGERED = (GATHER + "::test_clients_answered_at_different_times_are_wai
                     "_or_its_window_ends")
 SIGNALS = "tests/server/test_signals_after_drain.py"
 TENANTS = "tests/engine/test_prefix_cache.py::test_a_tenants_entries_are_its_own_the_head_is_everyones"
-INVARIANT = "tests/engine/test_batch_invariant.py"
-INVARIANT_KERNELS = "tests/model/test_invariant.py"
 MUTATIONS = [
     # --- the answer self-check ----------------------------------------------------------
     m("self-check: a sum below 1 passes", CLIENT + "answers.py",
@@ -452,31 +452,4 @@ MUTATIONS = [
     m("settings: JEVANY_COMPILE=0 not read as off", "jevany_daemon/config.py",
       '    if value in ("", "0", "false", "off", "no"):', '    if value in ("", "false", "off", "no"):',
       "tests/server/test_jevany_options.py::test_jevany_compile_takes_jevanys_values"),
-    # --- batch-invariant answers (model/invariant.py and where the engine takes it up) ---------
-    m("batch-invariant: a linear layer's bias left out", "jevany_daemon/model/invariant.py",
-      "    return y if self.bias is None else y + self.bias", "    return y",
-      INVARIANT + "::test_answers_stay_within_parity_of_the_default_kernels"),
-    m("batch-invariant: attention's scores unscaled", "jevany_daemon/model/invariant.py",
-      "    columns = (query.float() * scale)", "    columns = (query.float())", INVARIANT_KERNELS),
-    m("batch-invariant: a block's queries skipped one block too far", "jevany_daemon/model/invariant.py",
-      "slice(j * KEY_BLOCK, None)", "slice((j + 1) * KEY_BLOCK, None)", INVARIANT_KERNELS),
-    m("batch-invariant: earlier blocks' sums not rescaled to a new peak", "jevany_daemon/model/invariant.py",
-      "        acc[:, :, seen] = acc[:, :, seen] * (peak[:, :, seen] - new).exp() + weighed",
-      "        acc[:, :, seen] = acc[:, :, seen] + weighed", INVARIANT_KERNELS),
-    m("batch-invariant: widths not rounded", ENGINE + "engine.py",
-      "        return RowsLayout(round_width)", "        return RowsLayout()", INVARIANT),
-    m("batch-invariant: label rows projected in one product", ENGINE + "readouts.py",
-      "        readout.matmul = rows_matmul", "        pass", INVARIANT),
-    m("batch-invariant: the prefix cache kept", ENGINE + "engine.py",
-      "    if config.prefix_cache <= 0 or config.batch_invariant or model.model_type not in SHARED_PROVEN:",
-      "    if config.prefix_cache <= 0 or model.model_type not in SHARED_PROVEN:",
-      INVARIANT + "::test_the_prefix_cache_and_layout_settings_change_no_answer"),
-    m("batch-invariant: the packed layout accepted", "jevany_daemon/config.py",
-      '        if self.batch_invariant and self.layout not in ("auto", "rows"):',
-      '        if self.batch_invariant and self.layout not in ("auto", "rows", "packed"):',
-      INVARIANT + "::test_the_settings_refuse_what_cannot_be_invariant"),
-    m("batch-invariant: the warm-up's check skipped", ENGINE + "warmup.py",
-      "    if engine.config.batch_invariant and engine.config.max_batch_size > 1:",
-      "    if engine.config.batch_invariant and engine.config.max_batch_size > 32:",
-      INVARIANT + "::test_the_warm_up_checks_the_promise_on_this_host_and_refuses_to_serve_without_it"),
-] + CALLS_AND_ROUTING + GATEWAY + SUPERVISOR_SIDE + EVAL_AND_CLIENT
+] + CALLS_AND_ROUTING + GATEWAY + SUPERVISOR_SIDE + EVAL_AND_CLIENT + BATCH_INVARIANT

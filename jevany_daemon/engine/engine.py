@@ -26,7 +26,7 @@ from .batching import SCAN_LIMIT, BatchLimits, GroupCommit, Pending, drain, take
 from .decoder import Decoder
 from .describe import describe
 from .faults import DeviceLost
-from .layouts import PACKED_PROVEN, SHARED_PROVEN, PackedLayout, RowsLayout, Shape, SharedLayout
+from .layouts import PACKED_PROVEN, SHARED_PROVEN, FlatLayout, PackedLayout, RowsLayout, Shape, SharedLayout
 from .native_blend import both_passes, native_blend
 from .passes import Launched, Passes
 from .batch_policy import BatchPolicy
@@ -45,11 +45,12 @@ __all__ = ["Admitted", "BatchRecord", "BatchStats", "Engine", "LATEST_ALIAS", "M
 
 
 def choose_layout(model: DecisionModel, wanted: str, batch_invariant: bool = False):
-    """auto: packed where proven, else shared where proven (hybrid models), else rows. Batch-invariant:
-    rows, their widths rounded (model/invariant.py); the settings refuse any other layout."""
-    if batch_invariant:
-        return RowsLayout(round_width)
+    """auto: packed where proven, else shared where proven (hybrid models), else rows. Batch-invariant, each
+    row padded alone to a rounded width (model/invariant.py): auto is flat where packed is proven (every layer
+    but attention reads one token at a time), else rows; the settings refuse packed and shared."""
     packable = model.model_type in PACKED_PROVEN and not model.hybrid
+    if batch_invariant:
+        return FlatLayout(round_width) if wanted == "auto" and packable else RowsLayout(round_width)
     shareable = model.model_type in SHARED_PROVEN
     if wanted == "packed" and not packable:
         raise ValueError(

@@ -1,4 +1,4 @@
-"""How encoded requests become forward passes: rows, packed or shared.
+"""How encoded requests become forward passes: rows, packed, shared or flat.
 
 Rows: one causal row per question (shared prefix + branch), right-padded.
 Exact on every architecture, recurrent layers included, because padding only
@@ -18,6 +18,13 @@ question's row continues its request's prefix from it, right-padded. The
 state runs once even on hybrid recurrent models, where packing is
 impossible.
 
+Batch-invariant (model/invariant.py): every row padded alone to a rounded
+width, rows of one width together (runs_of), so that the attention computes
+each run at its own width. Rows: in a grid padded to the widest, on any
+architecture. Flat: end to end in one sequence, no row padded to another's
+width, where every layer but attention reads one token at a time (where
+packed is proven).
+
 A layout works in two steps. ``prepare`` lays the batch out on the host and
 adds its integer lists to the pass's one upload (pass_inputs.py; the
 prefix cache's layouts may run the backbone once there, to pin the prompt's
@@ -35,13 +42,14 @@ row into NaN, which spreads into real tokens (masks.py). Right padding never
 does (a padded query sees the real tokens before it); left padding and
 packing give padded positions their own diagonal.
 """
+import itertools
 from typing import Callable, NamedTuple
 
 import torch
 
 from .cache_rows import Block, CacheKit, JoinPlan
 from .masks import block_causal_mask, continued_block_causal_mask, padded_causal_mask
-from .pass_inputs import Grid, Packing, Sent, Upload, gather_rows
+from .pass_inputs import PAD_SEGMENT, Grid, Packing, Sent, Upload, gather_rows
 from .prompts import Encoded
 
 # Architectures whose layouts a test proves equal to rows
@@ -53,6 +61,9 @@ SHARED_PROVEN = frozenset({"qwen3", "qwen3_5_text"})
 # (with return_cache=True: and the decoder cache a later pass continues from).
 # A 4D attention_mask comes with padding_mask, the 2D mask recurrent layers read.
 Backbone = Callable[..., torch.Tensor]
+
+# Batch-invariant passes: (width, rows) of each run of rows padded alone to one width, in the pass's order.
+Runs = tuple[tuple[int, int], ...]
 
 
 class Shape(NamedTuple):
@@ -77,10 +88,13 @@ class Single(NamedTuple):
 
 
 class OneForward:
-    """A prepared pass of one forward over a grid, under a causal (rows) or block-causal (packed) mask."""
+    """A prepared pass of one forward over a grid, under a causal (rows) or block-causal (packed) mask.
 
-    def __init__(self, sent: Sent, block_causal: bool):
-        self.sent, self.block_causal = sent, block_causal
+    runs (batch-invariant rows): (width, rows) of each run of rows that are padded alone to one width,
+    in order; the attention computes each run at its own width (model/invariant.py)."""
+
+    def __init__(self, sent: Sent, block_causal: bool, runs: Runs | None = None):
+        self.sent, self.block_causal, self.runs = sent, block_causal, runs
 
     def single(self) -> Single:
         return Single(self.sent, None)
@@ -89,7 +103,8 @@ class OneForward:
         s = self.sent
         padding = padding_of(s.seg)
         mask = block_causal_mask(s.seg, dtype) if self.block_causal else padded_causal_mask(padding, dtype)
-        hidden = backbone(input_ids=s.ids, attention_mask=mask, position_ids=s.pos, padding_mask=padding)
+        extra = {} if self.runs is None else {"grid_runs": self.runs}
+        hidden = backbone(input_ids=s.ids, attention_mask=mask, position_ids=s.pos, padding_mask=padding, **extra)
         return gather_rows(hidden, s.gather), s.padded_tokens
 
 
@@ -116,13 +131,82 @@ class RowsLayout(Layout):
 
     def prepare(self, encs: list[Encoded], pad_id: int, upload: Upload, backbone: Backbone = None) -> OneForward:
         grid = Grid(pad_id, rounded=self.rounded)
-        for e in encs:
-            for b in e.branches:
-                row = [*e.prefix, *b.tokens]
-                r = grid.add(row, [1] * len(row), list(range(len(row))))
-                for p in b.readout:
-                    grid.read(r, len(e.prefix) + p)
-        return OneForward(grid.register(upload), block_causal=False)
+        if self.rounded is None:
+            for e in encs:
+                for b in e.branches:
+                    row = [*e.prefix, *b.tokens]
+                    r = grid.add(row, [1] * len(row), list(range(len(row))))
+                    for p in b.readout:
+                        grid.read(r, len(e.prefix) + p)
+            return OneForward(grid.register(upload), block_causal=False)
+        rows, reads, runs = runs_of(encs, self.rounded)
+        for _, row in rows:
+            grid.add(row, [1] * len(row), list(range(len(row))))
+        for r, column in reads:
+            grid.read(r, column)
+        return OneForward(grid.register(upload), block_causal=False, runs=runs)
+
+
+class FlatLayout(Layout):
+    """Batch-invariant rows, each padded to its own rounded width and laid end to end in one sequence,
+    runs of one width together: no row is padded to another's width. Only where every layer but
+    attention reads one token at a time (attention-only models); the attention computes each run of
+    rows as rows (model/invariant.py), so no mask is built."""
+    name = "flat"
+
+    def __init__(self, rounded: Callable[[int], int]):
+        self.rounded = rounded
+
+    def shape(self, enc: Encoded) -> Shape:
+        return Shape(1, sum(self.rounded(n) for n in enc.row_lengths))
+
+    @staticmethod
+    def real_tokens(enc: Encoded) -> int:
+        return sum(enc.row_lengths)
+
+    def prepare(self, encs: list[Encoded], pad_id: int, upload: Upload, backbone: Backbone = None) -> "FlatForward":
+        rows, reads, runs = runs_of(encs, self.rounded)
+        ids, seg, pos, starts = [], [], [], []
+        for width, row in rows:
+            pad = width - len(row)
+            starts.append(len(ids))
+            ids += row + [pad_id] * pad
+            seg += [1] * len(row) + [PAD_SEGMENT] * pad
+            pos += [*range(len(row)), *[0] * pad]
+        grid = Grid(pad_id)
+        grid.add(ids, seg, pos)
+        for r, column in reads:
+            grid.read(0, starts[r] + column)
+        return FlatForward(grid.register(upload), runs)
+
+
+class FlatForward(NamedTuple):
+    """A prepared flat pass: one sequence of rows end to end (FlatLayout), and its runs."""
+    sent: Sent
+    runs: Runs
+
+    def run(self, backbone: Backbone, dtype) -> tuple[torch.Tensor, int]:
+        s = self.sent
+        # The 2D padding, not a 4D mask: transformers builds none for the batch-invariant attention.
+        hidden = backbone(input_ids=s.ids, attention_mask=padding_of(s.seg), position_ids=s.pos, flat_runs=self.runs)
+        return gather_rows(hidden, s.gather), s.padded_tokens
+
+
+def runs_of(encs: list[Encoded], rounded: Callable[[int], int]) -> tuple[list, list, Runs]:
+    """A batch's rows (one per question: prefix, then branch) for batch-invariant layouts: ([(width, ids)]
+    by width, rows of one width in arrival order; [(row, column)] of its reads in the readout's order;
+    its runs, (width, rows) each)."""
+    rows, reads = [], []
+    for e in encs:
+        for b in e.branches:
+            row = [*e.prefix, *b.tokens]
+            reads += [(len(rows), len(e.prefix) + p) for p in b.readout]
+            rows.append((rounded(len(row)), row))
+    order = sorted(range(len(rows)), key=lambda i: rows[i][0])
+    placed = {i: at for at, i in enumerate(order)}
+    widths = [rows[i][0] for i in order]
+    runs = tuple((w, len(list(same))) for w, same in itertools.groupby(widths))
+    return [rows[i] for i in order], [(placed[r], c) for r, c in reads], runs
 
 
 class PackedLayout(Layout):

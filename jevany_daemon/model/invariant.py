@@ -3,44 +3,51 @@
 With them (``make_batch_invariant``) a request's probabilities are the same to
 the last bit alone or in any pass, at any place in it. Each replaces an op
 whose order of operations follows the shape of the whole pass; measured on a
-CPU (torch 2.13, FP32 and BF16; docs/SERVING.md#batch-invariant-answers):
+CPU (torch 2.13, FP32 and BF16, two threads; docs/SERVING.md#batch-invariant-answers):
 
 - **Products** (every linear layer, the readouts' label rows): a BLAS picks
-  its kernel by the number of rows. FP32 rows of a product of at most 8 rows
-  differ in their last bits from the same rows in a product of 16 or more,
-  and two threads split a big product one way or another by its rows. Here a
-  product runs as a batch of pieces of PIECE_ROWS rows each (the last padded
-  with zeros): every piece is the same small product, whatever the pass.
+  its kernel, its blocking and its threads' split by the whole product's
+  shape. FP32 rows of a product of at most 8 rows differ in their last bits
+  from the same rows among 16 or more, and big shapes (1024 x 3584) differ
+  between products of 16 and of 256 rows or more (BF16: of 48 or more). A
+  batched product (bmm) of fixed pieces is no cure past 16-row pieces (its
+  threads split pieces of 64 rows otherwise by their count) and runs pieces
+  that small at a fraction of the speed. Here a product runs as products of
+  exactly PIECE_ROWS rows, one after another (the last padded with zeros):
+  the same shape every time, whatever the pass, and a row's bits do not
+  depend on where in its piece it sits (none of 480 tries at random offsets).
 - **Attention**: torch's SDPA blocks its queries and keys by the width they
   are padded to, so a row padded wider may sum its softmax in another order
   (FP32 rows of 500 to 1,500 tokens padded to other widths: 3 to 5 of 12
-  differed). Here keys go in blocks of KEY_BLOCK, one after another, with an
-  online softmax: a block the mask hides entirely changes nothing (its
-  weights are exact zeros), so a row padded wider, or beside longer rows,
-  gets the same bits.
-- **Widths** are rounded to WIDTH_MULTIPLE tokens (layouts.RowsLayout), and
-  elementwise ops are left as torch runs them: its vectorised loops compute
-  the elements past the last whole vector with scalar code, whose exp and
-  sigmoid may round otherwise. A hybrid layer's gates ([tokens, 4]) put a
-  different token there in every pass, and the short convolution of its
-  Gated DeltaNet layers differed at widths of 37 and 90 tokens; with widths
-  rounded, both are invariant as torch runs them (0 of 120 convolutions
-  differed), and so is the chunked delta rule.
+  differed), but it computes every row and head apart from the others. The
+  layouts hand it runs of rows padded alone to one rounded width
+  (engine/layouts.py: a grid's, or rows end to end), and each run goes
+  through SDPA cut to its own width (run_attention). Off a CPU, a run goes
+  through blocks of KEY_BLOCK keys with an online softmax instead (a block
+  the mask hides entirely changes nothing: its weights are exact zeros).
+- **Widths** are rounded to WIDTH_MULTIPLE tokens, and elementwise ops are
+  left as torch runs them: its vectorised loops compute the elements past the
+  last whole vector with scalar code, whose exp and sigmoid may round
+  otherwise. A hybrid layer's gates ([tokens, 4]) put a different token there
+  in every pass, and the short convolution of its Gated DeltaNet layers
+  differed at widths of 37 and 90 tokens; with widths rounded, both are
+  invariant as torch runs them (0 of 120 convolutions differed), and so is
+  the chunked delta rule. Rounded widths also gather rows into few runs.
 - **Left as they are**, measured invariant: normalisations, rotary
   positions, embeddings, the pointer readout's softmax over a pass's padded
   options.
 
-Keys and pieces are padded on the way in and cut on the way out; nothing
-here reads a device value, so a pass stays one queue of kernels.
+Pieces are padded on the way in and cut on the way out; nothing here reads a
+device value, so a pass stays one queue of kernels.
 """
 import types
 
 import torch
 import torch.nn.functional as F
 
-PIECE_ROWS = 16       # rows of every product's pieces: each piece one small product, whatever the pass
+PIECE_ROWS = 256      # rows of every product: its shape whatever the pass (the cost of padding a lone request)
 KEY_BLOCK = 64        # keys attention reads at a time
-WIDTH_MULTIPLE = 32   # tokens a pass's rows are rounded to: two AVX-512 vectors of FP32, four of AVX2
+WIDTH_MULTIPLE = 32   # tokens rows are rounded to: two AVX-512 vectors of FP32, four of AVX2
 ATTENTION = "jevany_batch_invariant"    # the attention implementation's name, as transformers registers it
 
 
@@ -50,15 +57,19 @@ def round_width(width: int) -> int:
 
 
 def rows_matmul(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """a [..., K] @ b [K, N], each row of a through the same product of PIECE_ROWS rows."""
+    """a [..., K] @ b [K, N], each row of a through the same product of PIECE_ROWS rows (the last piece
+    padded with zeros), one product at a time."""
     lead, k = a.shape[:-1], a.shape[-1]
-    flat = a.reshape(-1, k)
-    m = flat.shape[0]
-    pieces = -(-m // PIECE_ROWS)
-    if pieces * PIECE_ROWS != m:
-        flat = torch.cat([flat, flat.new_zeros(pieces * PIECE_ROWS - m, k)])
-    out = torch.bmm(flat.view(pieces, PIECE_ROWS, k), b.expand(pieces, *b.shape))
-    return out.view(pieces * PIECE_ROWS, -1)[:m].view(*lead, -1)
+    rows = a.reshape(-1, k)
+    m, whole = rows.shape[0], rows.shape[0] // PIECE_ROWS * PIECE_ROWS
+    out = rows.new_empty((-(-m // PIECE_ROWS) * PIECE_ROWS, b.shape[1]))
+    for at in range(0, whole, PIECE_ROWS):
+        torch.mm(rows[at: at + PIECE_ROWS], b, out=out[at: at + PIECE_ROWS])
+    if whole < m:
+        last = rows.new_zeros((PIECE_ROWS, k))
+        last[: m - whole] = rows[whole:]
+        torch.mm(last, b, out=out[whole:])
+    return out[:m].view(*lead, -1)
 
 
 def _linear_forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -66,25 +77,72 @@ def _linear_forward(self, x: torch.Tensor) -> torch.Tensor:
     return y if self.bias is None else y + self.bias
 
 
-def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, **kwargs):
-    """transformers' attention interface: query [B, H, L, D], key and value [B, Hkv, L, D], a causal additive
-    mask [B, 1, L, L] (the rows layout's: no query sees a key after it) → ([B, L, H, D], no weights). FP32
-    inside.
+def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, grid_runs=None, flat_runs=None,
+              **kwargs):
+    """transformers' attention interface: query [B, H, L, D], key and value [B, Hkv, L, D] → ([B, L, H, D], no
+    weights).
+
+    From the batch-invariant layouts (engine/layouts.py), the runs of their rows: (width, rows) of each run
+    of rows padded alone to one width, after their tokens, so that causal is their mask. grid_runs: rows
+    of the grid, [B, L]; flat_runs: rows end to end in one sequence, [1, L]. Each run is computed alone at
+    its own width (run_attention). Without runs: the blocks below, under the rows layout's additive mask
+    [B, 1, L, L]."""
+    if key.shape[2] != query.shape[2]:
+        raise ValueError("batch-invariant attention reads a pass's own keys only, never a kept cache's")
+    scale = query.shape[-1] ** -0.5 if scaling is None else scaling
+    if grid_runs is not None or flat_runs is not None:
+        return run_attention(query, key, value, scale, grid_runs or flat_runs, flat=flat_runs is not None), None
+    if attention_mask is None:
+        raise ValueError("batch-invariant attention needs the layouts' runs or their explicit mask")
+    return block_attention(query, key, value, attention_mask, scale).transpose(1, 2).contiguous(), None
+
+
+def _run_views(x: torch.Tensor, runs, flat: bool):
+    """[rows, heads, width, D] views of x [B, heads, L, D], one per run."""
+    at = 0
+    for width, rows in runs:
+        if flat:
+            yield x[0, :, at: at + rows * width].unflatten(1, (rows, width)).transpose(0, 1)
+            at += rows * width
+        else:
+            yield x[at: at + rows, :, :width]
+            at += rows
+
+
+def run_attention(query, key, value, scale: float, runs, flat: bool) -> torch.Tensor:
+    """Each run of rows alone, at its own width. On a CPU, torch's SDPA: its kernel blocks queries and keys
+    by the width alone and computes each row and head apart from the others (measured: 0 of 402 rows of 3
+    to 1,200 tokens differed, FP32 and BF16, beside 0 to 11 others of any width). Elsewhere, the blocks
+    below: whether a GPU's SDPA kernels split their work by the number of rows is unmeasured. Positions
+    past the runs' own widths (a grid's padding) are zeros, which no reader reads."""
+    out = query.new_zeros(query.shape)
+    repeat = query.shape[1] // key.shape[1]
+    for q, k, v, o in zip(*(_run_views(x, runs, flat) for x in (query, key, value, out))):
+        if repeat > 1:        # grouped-query attention: query head h reads key head h // repeat
+            k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
+        if q.device.type == "cpu":
+            o.copy_(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale))
+        else:
+            width = q.shape[2]
+            causal = torch.full((width, width), torch.finfo(torch.float32).min, device=q.device).triu_(1)
+            o.copy_(block_attention(q, k, v, causal[None, None], scale))
+    return out.transpose(1, 2).contiguous()
+
+
+def block_attention(query, key, value, attention_mask, scale: float) -> torch.Tensor:
+    """[B, H, L, D] under an additive mask [B or 1, 1, L, L]. Keys in blocks of KEY_BLOCK with an online
+    softmax, FP32 inside: a block the mask hides entirely changes nothing, so a row padded wider, or beside
+    longer rows, gets the same bits on any device.
 
     Computed transposed, queries as columns: every product has KEY_BLOCK or D+1 rows and a reduction
     of D or KEY_BLOCK, whatever the pass; only the number of columns (queries) follows its width.
     """
-    if attention_mask is None:
-        raise ValueError("batch-invariant attention needs the layouts' explicit mask")
     dtype = query.dtype
     batch, heads, length, dim = query.shape
     repeat = heads // key.shape[1]
     if repeat > 1:        # grouped-query attention: query head h reads key head h // repeat
         key, value = key.repeat_interleave(repeat, dim=1), value.repeat_interleave(repeat, dim=1)
     width = key.shape[2]
-    if width != length:
-        raise ValueError("batch-invariant attention reads a pass's own keys only, never a kept cache's")
-    scale = dim ** -0.5 if scaling is None else scaling
     blocks = -(-width // KEY_BLOCK)
     lowest = torch.finfo(torch.float32).min
     columns = (query.float() * scale).reshape(batch * heads, length, dim).transpose(1, 2)     # [BH, D, L]
@@ -105,8 +163,7 @@ def attention(module, query, key, value, attention_mask, scaling=None, dropout=0
         weighed = torch.bmm(v[:, keys].transpose(1, 2), (scores - new).exp())
         acc[:, :, seen] = acc[:, :, seen] * (peak[:, :, seen] - new).exp() + weighed
         peak[:, :, seen] = new
-    out = (acc[:, :dim] / acc[:, dim:]).view(batch, heads, dim, length)
-    return out.permute(0, 3, 1, 2).contiguous().to(dtype), None
+    return (acc[:, :dim] / acc[:, dim:]).view(batch, heads, dim, length).transpose(2, 3).to(dtype)
 
 
 def make_batch_invariant(model) -> None:

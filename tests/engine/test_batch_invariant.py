@@ -18,7 +18,10 @@ REQUESTS = workloads.mixed(16, seed=5, max_words=60)
 def invariant_engine(tiny_model, arch, readout, dtype="fp32", **settings):
     # A model of its own: the engine swaps its kernels for good, and the session's shared models stay as loaded.
     model = load_model(str(tiny_model(arch, readout)), device="cpu", dtype=dtype)
-    settings = {"max_batch_size": 16, "max_padding_waste": 1.0, "batch_policy": "greedy", **settings}
+    # Room for 16 requests of up to four questions: a flat pass is priced as packed ones are, every request
+    # as wide as its widest (batching._Cost)
+    settings = {"max_batch_size": 16, "max_padding_waste": 1.0, "batch_policy": "greedy", "max_packed_tokens": 1 << 15,
+                **settings}
     return Engine(model, EngineConfig(batch_invariant=True, **settings))
 
 
@@ -46,34 +49,40 @@ def assert_invariant(engine, requests, seed, trials=1, biggest=8):
     assert max(sizes) >= biggest        # the passes really held many requests
 
 
-@pytest.mark.parametrize("arch,readout,dtype", [
-    ("qwen3", "choice", "fp32"),
-    ("qwen3", "pointer", "fp32"),
-    ("qwen3", "lm_token", "fp32"),
-    ("qwen3_5", "choice", "fp32"),
-    ("qwen3_5", "pointer", "fp32"),
-    ("qwen3", "choice", "bf16"),
-    ("qwen3_5", "pointer", "bf16"),
+# auto: flat on the attention-only qwen3, rows on the hybrid qwen3_5 (engine.choose_layout)
+@pytest.mark.parametrize("arch,readout,dtype,layout", [
+    ("qwen3", "choice", "fp32", "auto"),
+    ("qwen3", "pointer", "fp32", "auto"),
+    ("qwen3", "lm_token", "fp32", "auto"),
+    ("qwen3", "choice", "fp32", "rows"),
+    ("qwen3_5", "choice", "fp32", "auto"),
+    ("qwen3_5", "pointer", "fp32", "auto"),
+    ("qwen3", "choice", "bf16", "auto"),
+    ("qwen3_5", "pointer", "bf16", "auto"),
 ])
-def test_every_answer_is_the_same_to_the_last_bit_alone_and_in_any_pass(tiny_model, arch, readout, dtype):
-    engine = invariant_engine(tiny_model, arch, readout, dtype)
+def test_every_answer_is_the_same_to_the_last_bit_alone_and_in_any_pass(tiny_model, arch, readout, dtype, layout):
+    engine = invariant_engine(tiny_model, arch, readout, dtype, layout=layout)
+    assert engine.layout.name == ("flat" if (arch, layout) == ("qwen3", "auto") else "rows")
     requests = REQUESTS if dtype == "fp32" else REQUESTS[:10]      # BF16 on a CPU is slow
-    assert_invariant(engine, requests, seed=f"{arch}-{readout}-{dtype}")
+    assert_invariant(engine, requests, seed=f"{arch}-{readout}-{dtype}-{layout}")
 
 
-def test_long_rows_beside_longer_ones_keep_their_bits(tiny_model):
-    """Rows of hundreds of tokens padded to others' widths: where torch's own attention blocks by width."""
+@pytest.mark.parametrize("layout", ["rows", "auto"])
+def test_long_rows_beside_longer_ones_keep_their_bits(tiny_model, layout):
+    """Rows of hundreds of tokens beside others: where torch's own attention blocks by width."""
     long = workloads.mixed(4, seed=9, min_words=300, max_words=550, max_questions=1) + REQUESTS[:2]
-    engine = invariant_engine(tiny_model, "qwen3", "choice", max_packed_tokens=1 << 15)
+    engine = invariant_engine(tiny_model, "qwen3", "choice", layout=layout)
     assert max(exact_part(engine.score([engine.admit(b)])[0])[1]["input_tokens"] for b in long) > 600
     assert_invariant(engine, long, seed="long", biggest=4)
 
 
 def test_the_prefix_cache_and_layout_settings_change_no_answer(tiny_model):
-    """The cache is not used and auto means rows: answers with them on are those with them off."""
+    """The cache is not used, and flat and rows compute the same: answers with the cache on and auto (flat)
+    are those with it off and rows."""
     on = invariant_engine(tiny_model, "qwen3", "choice", prefix_cache=8, prefix_min_tokens=16, layout="auto")
     off = invariant_engine(tiny_model, "qwen3", "choice", prefix_cache=0, layout="rows")
-    assert on.prefix_cache is None and on.layout.name == "rows" and on.describe()["batch_invariant"] is True
+    assert on.prefix_cache is None and on.describe()["batch_invariant"] is True
+    assert (on.layout.name, off.layout.name) == ("flat", "rows")
     # each state twice: with a cache, the second would be a hit
     requests = REQUESTS[:8] + REQUESTS[:8]
     assert [exact_part(r) for r in on.score([on.admit(b) for b in requests])] == \

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from jevany_daemon.model.invariant import KEY_BLOCK, PIECE_ROWS, attention, round_width, rows_matmul
+from jevany_daemon.model.invariant import KEY_BLOCK, PIECE_ROWS, attention, block_attention, round_width, rows_matmul
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
@@ -74,6 +74,48 @@ def test_a_rows_attention_is_the_same_padded_wider_and_beside_other_rows():
 
 
 def test_attention_refuses_to_guess_a_mask():
-    q, k, v = _qkv([PIECE_ROWS], PIECE_ROWS)
+    q, k, v = _qkv([32], 32)
     with pytest.raises(ValueError, match="mask"):
         attention(None, q, k, v, None)
+
+
+def _runs_of(lengths):
+    """What the layouts hand the attention: rows by rounded width, (width, rows) per run."""
+    widths = sorted(round_width(n) for n in lengths)
+    return tuple((w, widths.count(w)) for w in dict.fromkeys(widths))
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_runs_of_rows_are_each_computed_at_their_own_width_in_a_grid_and_end_to_end(dtype):
+    """A row's bits the same alone (one run, at its own width), among rows of a grid padded wider, and end to
+    end with others in one sequence (the flat layout); and SDPA's within rounding."""
+    rng = random.Random(3)
+    lengths = sorted(rng.randint(3, 700) for _ in range(9))
+    runs, width = _runs_of(lengths), round_width(max(lengths))
+    q, k, v = (x.to(dtype) for x in _qkv(lengths, width, seed=4))
+    grid = attention(None, q, k, v, None, scaling=0.2, grid_runs=runs)[0]          # [B, width, H, D]
+
+    def cut(x, b):          # row b at its own width, as one row of its own
+        return x[b: b + 1, :, :round_width(lengths[b])]
+    flat = attention(None, *(torch.cat([cut(x, b) for b in range(len(lengths))], 2) for x in (q, k, v)), None,
+                     scaling=0.2, flat_runs=runs)[0]                                # [1, sum of widths, H, D]
+    at = 0
+    for b, n in enumerate(lengths):
+        w = round_width(n)
+        alone = attention(None, cut(q, b), cut(k, b), cut(v, b), None, scaling=0.2, grid_runs=((w, 1),))[0][0, :n]
+        assert torch.equal(grid[b, :n], alone) and torch.equal(flat[0, at: at + n], alone), (b, n)
+        assert not grid[b, w:].any()          # a grid's padding past the row's own width: zeros
+        ref = F.scaled_dot_product_attention(q[b: b + 1].float(), k[b: b + 1].float().repeat_interleave(2, 1),
+                                             v[b: b + 1].float().repeat_interleave(2, 1), is_causal=True, scale=0.2)
+        torch.testing.assert_close(alone.float(), ref[0].transpose(0, 1)[:n],
+                                   **({} if dtype == torch.float32 else {"atol": 0.02, "rtol": 0.02}))
+        at += w
+
+
+def test_the_blocks_under_a_causal_mask_of_one_width_are_sdpa_within_rounding():
+    """What a run is computed with off a CPU: the blocks, under a causal mask broadcast over its rows."""
+    q, k, v = _qkv([200, 200, 200], 224, heads=4, kv_heads=4)
+    causal = torch.full((224, 224), torch.finfo(torch.float32).min).triu_(1)[None, None]
+    out = block_attention(q, k, v, causal, 0.2)
+    torch.testing.assert_close(out, F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=0.2),
+                               atol=1e-6, rtol=1e-5)
