@@ -62,6 +62,8 @@ SHARED_PROVEN = frozenset({"qwen3", "qwen3_5_text"})
 # A 4D attention_mask comes with padding_mask, the 2D mask recurrent layers read.
 Backbone = Callable[..., torch.Tensor]
 
+FLAT_ROW = "flat"      # the stem every request of a flat pass shares: its one sequence (FlatLayout.shape)
+
 # Batch-invariant passes: (width, rows) of each run of rows padded alone to one width, in the pass's order.
 Runs = tuple[tuple[int, int], ...]
 
@@ -158,7 +160,10 @@ class FlatLayout(Layout):
         self.rounded = rounded
 
     def shape(self, enc: Encoded) -> Shape:
-        return Shape(1, sum(self.rounded(n) for n in enc.row_lengths))
+        # Every request of a pass in its one sequence: priced as one row that each request widens by its
+        # own tokens (batching._Cost's stems), so a batch costs the padding the pass holds, each row's rounding.
+        tokens = sum(self.rounded(n) for n in enc.row_lengths)
+        return Shape(1, tokens, stem=FLAT_ROW, tails=tokens)
 
     @staticmethod
     def real_tokens(enc: Encoded) -> int:

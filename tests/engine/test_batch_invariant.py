@@ -18,8 +18,7 @@ REQUESTS = workloads.mixed(16, seed=5, max_words=60)
 def invariant_engine(tiny_model, arch, readout, dtype="fp32", **settings):
     # A model of its own: the engine swaps its kernels for good, and the session's shared models stay as loaded.
     model = load_model(str(tiny_model(arch, readout)), device="cpu", dtype=dtype)
-    # Room for 16 requests of up to four questions: a flat pass is priced as packed ones are, every request
-    # as wide as its widest (batching._Cost)
+    # Room for 16 requests of up to four questions of up to about 100 tokens each, rounded
     settings = {"max_batch_size": 16, "max_padding_waste": 1.0, "batch_policy": "greedy", "max_packed_tokens": 1 << 15,
                 **settings}
     return Engine(model, EngineConfig(batch_invariant=True, **settings))
@@ -116,3 +115,17 @@ def test_the_warm_up_checks_the_promise_on_this_host_and_refuses_to_serve_withou
 def test_the_settings_refuse_what_cannot_be_invariant(settings, words):
     with pytest.raises(ValueError, match=words):
         EngineConfig(batch_invariant=True, **settings)
+
+
+def test_a_flat_pass_is_priced_at_the_padding_it_holds(tiny_model):
+    """Requests of different lengths share a flat pass under the CPU's default padding bound (10%): rows end to
+    end pad only their own rounding, where pricing each request as wide as the widest would keep them apart."""
+    engine = invariant_engine(tiny_model, "qwen3", "choice", max_padding_waste=None)
+    assert engine.batch_limits.max_padding_waste == 0.1 and engine.layout.name == "flat"
+    requests = workloads.mixed(8, seed=11, min_words=5, max_words=200, max_questions=2)
+    shapes = [engine.layout.shape(engine.admit(b).encoded) for b in requests]
+    assert max(s.width for s in shapes) > 3 * min(s.width for s in shapes)
+    results = engine.score([engine.admit(b) for b in requests])
+    assert [r["batch"]["size"] for r in results] == [8] * 8
+    padded = sum(s.width for s in shapes)
+    assert results[0]["batch"]["padded_tokens"] == padded
