@@ -141,19 +141,21 @@ class RowsLayout(Layout):
                     for p in b.readout:
                         grid.read(r, len(e.prefix) + p)
             return OneForward(grid.register(upload), block_causal=False)
-        rows, reads, runs = runs_of(encs, self.rounded)
-        for _, row in rows:
-            grid.add(row, [1] * len(row), list(range(len(row))))
-        for r, column in reads:
-            grid.read(r, column)
+        rows = [([*e.prefix, *b.tokens], [len(e.prefix) + p for p in b.readout]) for e in encs for b in e.branches]
+        order, runs = in_runs([self.rounded(len(ids)) for ids, _ in rows])
+        placed = {i: grid.add(rows[i][0], [1] * len(rows[i][0]), list(range(len(rows[i][0])))) for i in order}
+        for i, (_, reads) in enumerate(rows):
+            for column in reads:
+                grid.read(placed[i], column)
         return OneForward(grid.register(upload), block_causal=False, runs=runs)
 
 
 class FlatLayout(Layout):
-    """Batch-invariant rows, each padded to its own rounded width and laid end to end in one sequence,
-    runs of one width together: no row is padded to another's width. Only where every layer but
-    attention reads one token at a time (attention-only models); the attention computes each run of
-    rows as rows (model/invariant.py), so no mask is built."""
+    """Batch-invariant requests, each packed (its prefix once, then every branch, as packed passes hold it)
+    and padded alone to a rounded width, laid end to end in one sequence, runs of one width together: no
+    request is padded to another's width. Only where packed is proven (every layer but attention reads one
+    token at a time); the attention computes each run of requests as rows under their own block-causal
+    masks (model/invariant.py), so no mask spans the pass."""
     name = "flat"
 
     def __init__(self, rounded: Callable[[int], int]):
@@ -161,57 +163,67 @@ class FlatLayout(Layout):
 
     def shape(self, enc: Encoded) -> Shape:
         # Every request of a pass in its one sequence: priced as one row that each request widens by its
-        # own tokens (batching._Cost's stems), so a batch costs the padding the pass holds, each row's rounding.
-        tokens = sum(self.rounded(n) for n in enc.row_lengths)
+        # own tokens (batching._Cost's stems), so a batch costs the padding the pass holds, each request's rounding.
+        tokens = self.rounded(enc.packed_length)
         return Shape(1, tokens, stem=FLAT_ROW, tails=tokens)
 
     @staticmethod
     def real_tokens(enc: Encoded) -> int:
-        return sum(enc.row_lengths)
+        return enc.packed_length
 
     def prepare(self, encs: list[Encoded], pad_id: int, upload: Upload, backbone: Backbone = None) -> "FlatForward":
-        rows, reads, runs = runs_of(encs, self.rounded)
-        ids, seg, pos, starts = [], [], [], []
-        for width, row in rows:
-            pad = width - len(row)
-            starts.append(len(ids))
-            ids += row + [pad_id] * pad
-            seg += [1] * len(row) + [PAD_SEGMENT] * pad
-            pos += [*range(len(row)), *[0] * pad]
+        packed = [_packed(e) for e in encs]
+        order, runs = in_runs([self.rounded(len(ids)) for ids, _, _, _ in packed])
+        ids, seg, pos, starts = [], [], [], {}
+        for i in order:
+            request_ids, request_seg, request_pos, _ = packed[i]
+            pad = self.rounded(len(request_ids)) - len(request_ids)
+            starts[i] = len(ids)
+            ids += request_ids + [pad_id] * pad
+            seg += request_seg + [PAD_SEGMENT] * pad
+            pos += request_pos + [0] * pad
         grid = Grid(pad_id)
         grid.add(ids, seg, pos)
-        for r, column in reads:
-            grid.read(0, starts[r] + column)
+        for i, (_, _, _, reads) in enumerate(packed):
+            for column in reads:
+                grid.read(0, starts[i] + column)
         return FlatForward(grid.register(upload), runs)
 
 
 class FlatForward(NamedTuple):
-    """A prepared flat pass: one sequence of rows end to end (FlatLayout), and its runs."""
+    """A prepared flat pass: one sequence of requests end to end (FlatLayout), and its runs."""
     sent: Sent
     runs: Runs
 
     def run(self, backbone: Backbone, dtype) -> tuple[torch.Tensor, int]:
         s = self.sent
+        masks, at = [], 0
+        for width, rows in self.runs:      # each run's requests as rows, each under its own block-causal mask
+            masks.append(block_causal_mask(s.seg[0, at: at + rows * width].view(rows, width), dtype))
+            at += rows * width
         # The 2D padding, not a 4D mask: transformers builds none for the batch-invariant attention.
-        hidden = backbone(input_ids=s.ids, attention_mask=padding_of(s.seg), position_ids=s.pos, flat_runs=self.runs)
+        hidden = backbone(input_ids=s.ids, attention_mask=padding_of(s.seg), position_ids=s.pos, flat_runs=self.runs,
+                          run_masks=tuple(masks))
         return gather_rows(hidden, s.gather), s.padded_tokens
 
 
-def runs_of(encs: list[Encoded], rounded: Callable[[int], int]) -> tuple[list, list, Runs]:
-    """A batch's rows (one per question: prefix, then branch) for batch-invariant layouts: ([(width, ids)]
-    by width, rows of one width in arrival order; [(row, column)] of its reads in the readout's order;
-    its runs, (width, rows) each)."""
-    rows, reads = [], []
-    for e in encs:
-        for b in e.branches:
-            row = [*e.prefix, *b.tokens]
-            reads += [(len(rows), len(e.prefix) + p) for p in b.readout]
-            rows.append((rounded(len(row)), row))
-    order = sorted(range(len(rows)), key=lambda i: rows[i][0])
-    placed = {i: at for at, i in enumerate(order)}
-    widths = [rows[i][0] for i in order]
-    runs = tuple((w, len(list(same))) for w, same in itertools.groupby(widths))
-    return [rows[i] for i in order], [(placed[r], c) for r, c in reads], runs
+def _packed(enc: Encoded) -> tuple[list[int], list[int], list[int], list[int]]:
+    """A request as one packed sequence: ids, segments (0 its prefix, k its k-th branch), positions (every branch
+    restarting after the prefix) and the columns its readout reads, in order."""
+    p = len(enc.prefix)
+    ids, seg, pos, reads = list(enc.prefix), [0] * p, list(range(p)), []
+    for k, b in enumerate(enc.branches, 1):
+        reads += [len(ids) + r for r in b.readout]
+        ids += b.tokens
+        seg += [k] * len(b.tokens)
+        pos += range(p, p + len(b.tokens))
+    return ids, seg, pos, reads
+
+
+def in_runs(widths: list[int]) -> tuple[list[int], Runs]:
+    """Batch-invariant rows by width (arrival order within one width), and the runs of that order."""
+    order = sorted(range(len(widths)), key=widths.__getitem__)
+    return order, tuple((w, len(list(same))) for w, same in itertools.groupby(widths[i] for i in order))
 
 
 class PackedLayout(Layout):
@@ -229,13 +241,7 @@ class PackedLayout(Layout):
     def prepare(self, encs: list[Encoded], pad_id: int, upload: Upload, backbone: Backbone = None) -> OneForward:
         packing, reads = Packing(), []
         for e in encs:
-            p = len(e.prefix)
-            ids, seg, pos, mine = list(e.prefix), [0] * p, list(range(p)), []
-            for k, b in enumerate(e.branches, 1):
-                mine += [len(ids) + r for r in b.readout]
-                ids += b.tokens
-                seg += [k] * len(b.tokens)
-                pos += range(p, p + len(b.tokens))     # every branch restarts after the prefix
+            ids, seg, pos, mine = _packed(e)
             reads.append(mine)
             packing.add(ids, seg, pos)
         grid, placed, _ = packing.grid(pad_id, self.row_width)      # short requests share rows

@@ -78,20 +78,22 @@ def _linear_forward(self, x: torch.Tensor) -> torch.Tensor:
 
 
 def attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, grid_runs=None, flat_runs=None,
-              **kwargs):
+              run_masks=None, **kwargs):
     """transformers' attention interface: query [B, H, L, D], key and value [B, Hkv, L, D] → ([B, L, H, D], no
     weights).
 
     From the batch-invariant layouts (engine/layouts.py), the runs of their rows: (width, rows) of each run
-    of rows padded alone to one width, after their tokens, so that causal is their mask. grid_runs: rows
-    of the grid, [B, L]; flat_runs: rows end to end in one sequence, [1, L]. Each run is computed alone at
-    its own width (run_attention). Without runs: the blocks below, under the rows layout's additive mask
-    [B, 1, L, L]."""
+    of rows padded alone to one width, after their tokens. grid_runs: rows of the grid, [B, L], causal
+    their mask; flat_runs: rows end to end in one sequence, [1, L], with run_masks, each run's additive
+    [rows, 1, width, width]. Each run is computed alone at its own width (run_attention). Without runs:
+    the blocks below, under the rows layout's additive mask [B, 1, L, L]."""
     if key.shape[2] != query.shape[2]:
         raise ValueError("batch-invariant attention reads a pass's own keys only, never a kept cache's")
     scale = query.shape[-1] ** -0.5 if scaling is None else scaling
-    if grid_runs is not None or flat_runs is not None:
-        return run_attention(query, key, value, scale, grid_runs or flat_runs, flat=flat_runs is not None), None
+    if grid_runs is not None:
+        return run_attention(query, key, value, scale, grid_runs, flat=False), None
+    if flat_runs is not None:
+        return run_attention(query, key, value, scale, flat_runs, flat=True, masks=run_masks), None
     if attention_mask is None:
         raise ValueError("batch-invariant attention needs the layouts' runs or their explicit mask")
     return block_attention(query, key, value, attention_mask, scale).transpose(1, 2).contiguous(), None
@@ -109,23 +111,26 @@ def _run_views(x: torch.Tensor, runs, flat: bool):
             at += rows
 
 
-def run_attention(query, key, value, scale: float, runs, flat: bool) -> torch.Tensor:
+def run_attention(query, key, value, scale: float, runs, flat: bool, masks=None) -> torch.Tensor:
     """Each run of rows alone, at its own width. On a CPU, torch's SDPA: its kernel blocks queries and keys
     by the width alone and computes each row and head apart from the others (measured: 0 of 402 rows of 3
     to 1,200 tokens differed, FP32 and BF16, beside 0 to 11 others of any width). Elsewhere, the blocks
-    below: whether a GPU's SDPA kernels split their work by the number of rows is unmeasured. Positions
-    past the runs' own widths (a grid's padding) are zeros, which no reader reads."""
+    below: whether a GPU's SDPA kernels split their work by the number of rows is unmeasured. Each run is
+    causal, or under its mask (masks: one per run). Positions past the runs' own widths (a grid's padding)
+    are zeros, which no reader reads."""
     out = query.new_zeros(query.shape)
     repeat = query.shape[1] // key.shape[1]
-    for q, k, v, o in zip(*(_run_views(x, runs, flat) for x in (query, key, value, out))):
+    views = zip(*(_run_views(x, runs, flat) for x in (query, key, value, out)), masks or [None] * len(runs))
+    for q, k, v, o, mask in views:
         if repeat > 1:        # grouped-query attention: query head h reads key head h // repeat
             k, v = k.repeat_interleave(repeat, dim=1), v.repeat_interleave(repeat, dim=1)
         if q.device.type == "cpu":
-            o.copy_(F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale))
-        else:
+            o.copy_(F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask is None, scale=scale))
+            continue
+        if mask is None:
             width = q.shape[2]
-            causal = torch.full((width, width), torch.finfo(torch.float32).min, device=q.device).triu_(1)
-            o.copy_(block_attention(q, k, v, causal[None, None], scale))
+            mask = torch.full((width, width), torch.finfo(torch.float32).min, device=q.device).triu_(1)[None, None]
+        o.copy_(block_attention(q, k, v, mask, scale))
     return out.transpose(1, 2).contiguous()
 
 

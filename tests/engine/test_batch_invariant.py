@@ -76,22 +76,21 @@ def test_long_rows_beside_longer_ones_keep_their_bits(tiny_model, layout):
 
 
 def test_the_prefix_cache_and_layout_settings_change_no_answer(tiny_model):
-    """The cache is not used, and flat and rows compute the same: answers with the cache on and auto (flat)
-    are those with it off and rows."""
-    on = invariant_engine(tiny_model, "qwen3", "choice", prefix_cache=8, prefix_min_tokens=16, layout="auto")
-    off = invariant_engine(tiny_model, "qwen3", "choice", prefix_cache=0, layout="rows")
+    """The cache is not used: answers with it on are those with it off."""
+    on = invariant_engine(tiny_model, "qwen3", "choice", prefix_cache=8, prefix_min_tokens=16)
+    off = invariant_engine(tiny_model, "qwen3", "choice", prefix_cache=0)
     assert on.prefix_cache is None and on.describe()["batch_invariant"] is True
-    assert (on.layout.name, off.layout.name) == ("flat", "rows")
     # each state twice: with a cache, the second would be a hit
     requests = REQUESTS[:8] + REQUESTS[:8]
     assert [exact_part(r) for r in on.score([on.admit(b) for b in requests])] == \
            [exact_part(off.score([off.admit(b)])[0]) for b in requests]
 
 
-def test_answers_stay_within_parity_of_the_default_kernels(tiny_model, loaded_model):
-    invariant = invariant_engine(tiny_model, "qwen3_5", "pointer")
-    default = Engine(loaded_model("qwen3_5", "pointer"), EngineConfig(max_batch_size=16, layout="rows",
-                                                                        prefix_cache=0))
+@pytest.mark.parametrize("arch,readout,layout", [("qwen3_5", "pointer", "rows"), ("qwen3", "choice", "packed")])
+def test_answers_stay_within_parity_of_the_default_kernels(tiny_model, loaded_model, arch, readout, layout):
+    """Each batch-invariant layout against the default one it computes as: rows (hybrid), packed (flat)."""
+    invariant = invariant_engine(tiny_model, arch, readout)
+    default = Engine(loaded_model(arch, readout), EngineConfig(max_batch_size=16, layout=layout, prefix_cache=0))
     report = compare(default.score([default.admit(b) for b in REQUESTS]),
                      invariant.score([invariant.admit(b) for b in REQUESTS]))
     assert report["max_abs_diff"] <= 1e-5, report
