@@ -243,6 +243,23 @@ def test_a_budget_already_spent_refuses_the_next_body_even_an_empty_one():
     assert _direct(guard, [b""], [(b"content-type", b"application/json")])[0] == 429
 
 
+def test_one_client_past_its_share_is_refused_though_the_budget_has_room_and_another_client_is_not():
+    # Other requests of 10.0.0.1 hold all but 500 bytes of its share; the budget, twice the share, has room.
+    guard = RequestGuard(_echo, token=None, max_body_bytes=1000)
+    json_type = [(b"content-type", b"application/json")]
+    up_to, past = (b'{"p": "' + b"x" * (size - 9) + b'"}' for size in (500, 501))
+    held = guard.share - 500
+    assert held + len(past) < guard.budget
+    guard.holding, guard.by_client = held, {"10.0.0.1": held}
+    assert _direct(guard, [up_to], json_type)[0] == 200             # exactly up to its share
+    assert _direct(guard, [past], json_type)[0] == 429
+    assert (guard.holding, guard.by_client) == (held, {"10.0.0.1": held})
+    # Held by another address instead, the same body is read: the share is each client's own.
+    guard.by_client = {"10.0.0.2": held}
+    assert _direct(guard, [past], json_type)[0] == 200
+    assert (guard.holding, guard.by_client) == (held, {"10.0.0.2": held})
+
+
 def test_public_paths_are_matched_under_the_root_path_an_app_is_mounted_at():
     guard = RequestGuard(_echo, token=TOKEN, max_body_bytes=1000)
     assert _direct(guard, [b""], method="GET", path="/health", root_path="/api")[0] == 200
