@@ -11,7 +11,8 @@ from contextlib import contextmanager
 import uvicorn
 
 from jevany_daemon.gateway import connections
-from jevany_daemon.gateway.connections import BUFFER_LOW_WATER, FD_SHARE, MAX_CONNECTIONS, Buffers, GuardedHttp
+from jevany_daemon.gateway.connections import (BUFFER_LOW_WATER, FD_SHARE, MAX_CONNECTIONS, MAX_HEADER_COUNT, Buffers,
+                                               GuardedHttp)
 from jevany_daemon.gateway.paths import BULK_PATH
 
 from .daemons import wait_for
@@ -182,3 +183,18 @@ def test_a_body_that_stalls_past_its_deadline_is_closed_but_a_bulk_body_may_take
             response = http.client.HTTPResponse(bulk)
             response.begin()
             assert (response.status, response.read()) == (200, b"10")
+
+
+def test_a_request_with_exactly_the_header_cap_is_served_and_one_header_more_gets_431(monkeypatch):
+    # The cap is a count a client may reach (Host is one of the headers), not one it must stay under.
+    def status_of(headers: int) -> int:
+        extra = b"".join(b"X-%d: 1\r\n" % i for i in range(headers - 1))
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+            conn.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n" + extra + b"\r\n")
+            response = http.client.HTTPResponse(conn)
+            response.begin()
+            response.read()
+            return response.status
+
+    with _guarded(monkeypatch) as port:
+        assert [status_of(n) for n in (MAX_HEADER_COUNT, MAX_HEADER_COUNT + 1)] == [200, 431]
