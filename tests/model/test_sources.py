@@ -62,6 +62,17 @@ def test_a_cached_snapshot_is_loadable_offline_and_a_revision_must_be_the_cached
     assert hub_problem("owner/other", env=env) is not None
 
 
+def test_hf_home_s_cache_is_its_hub_folder_not_hf_home_itself(tmp_path):
+    # As huggingface_hub reads them: no HF_HUB_CACHE, so the cache is $HF_HOME/hub.
+    home = tmp_path / "hf-home"
+    cached(home)                                                          # $HF_HOME/hub/models--owner--name
+    (home / "models--owner--flat" / "snapshots" / "0123abc").mkdir(parents=True)   # beside hub/, not in it
+    env = {"HF_HOME": str(home), "HF_HUB_OFFLINE": "1"}
+    assert hub_problem("owner/name", env=env) is None
+    problem = hub_problem("owner/flat", env=env)
+    assert "model owner/flat is neither" in problem and "nor in the Hugging Face cache" in problem
+
+
 def test_a_lookup_that_hangs_is_given_up_on_in_time(monkeypatch):
     never = threading.Event()
 
