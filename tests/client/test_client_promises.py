@@ -4,13 +4,15 @@ import itertools
 import math
 import os
 import random
+import threading
 import time
 
 import pytest
+import zmq
 
 from jevany_client import JevClient, Noul, OverloadedError, ShuttingDownError, decide_body
 from jevany_client.calls import REMAINING, Exchange, Pause
-from jevany_client.protocol import decode_request
+from jevany_client.protocol import decode_request, ok_reply, pack
 
 QUESTIONS = {"ok": Noul()}
 _keys = itertools.count()
@@ -114,3 +116,35 @@ def test_each_try_tells_the_daemon_the_time_the_call_has_left():
     for ms, wait, paused_before in told:
         assert ms == math.ceil(wait * 1000)                 # the round's own wait, in milliseconds
         assert 2000 - 1000 * (time.monotonic() - started) <= ms <= 2000 - 1000 * paused_before + 1
+
+
+def test_a_decide_with_a_30_s_timeout_tells_the_daemon_about_30000_ms(socket_dir):
+    """The test above drives a call's tries by hand; this one is decide as a caller makes it, the request
+    read off the socket by a stand-in daemon: its timeout_ms is the 30 s the call has left, in milliseconds."""
+    endpoint = f"ipc://{socket_dir}/records-timeout.sock"
+    context = zmq.Context()
+    daemon = context.socket(zmq.ROUTER)
+    daemon.setsockopt(zmq.LINGER, 0)
+    daemon.bind(endpoint)
+    told = []
+
+    def answer_one() -> None:
+        if daemon.poll(10_000):
+            *envelope, payload = daemon.recv_multipart()
+            request = decode_request(payload)
+            told.append((request.op, request.timeout_ms))
+            result = {"model": "fake-tiny", "answers": {}, "latency_ms": 0.0, "state": request.body["state"],
+                      "usage": {"input_tokens": 0, "output_tokens": 0}}
+            daemon.send_multipart([*envelope, pack(ok_reply(request.id, result))])
+
+    server = threading.Thread(target=answer_one, daemon=True)
+    server.start()
+    try:
+        with JevClient(endpoint, timeout=30.0, retries=0) as client:
+            result = client.decide("s", QUESTIONS)
+    finally:
+        server.join(15)
+        context.destroy(linger=0)
+    assert result["state"] == "s"
+    [(op, timeout_ms)] = told
+    assert op == "decide" and 29_000 <= timeout_ms <= 30_000
