@@ -4,7 +4,7 @@ that should catch it.
 Each entry names a file, a line of it as it is and as the bug would write it,
 and the tests that cover that module (as few as catch its slips). The line
 must occur exactly once in its file; tests/test_mutations_list.py checks every
-entry in `make test`, and holds this list's count (421 mutations: one entry
+entry in `make test`, and holds this list's count (426 mutations: one entry
 each) to len(MUTATIONS). A module added or rewritten comes with entries of
 its own. The gateway's, the rest of the supervisor side's and the eval
 runner's with the client library's live in files of their own beside this one
@@ -452,4 +452,7 @@ MUTATIONS = [
     m("settings: JEVANY_COMPILE=0 not read as off", "jevany_daemon/config.py",
       '    if value in ("", "0", "false", "off", "no"):', '    if value in ("", "false", "off", "no"):',
       "tests/server/test_jevany_options.py::test_jevany_compile_takes_jevanys_values"),
+    m("model sources: HF_HOME itself taken for the hub cache, not HF_HOME/hub", "jevany_daemon/model/sources.py",
+      '        return Path(env["HF_HOME"]).expanduser() / "hub"', '        return Path(env["HF_HOME"]).expanduser()',
+      "tests/model/test_sources.py::test_hf_home_s_cache_is_its_hub_folder_not_hf_home_itself"),
 ] + CALLS_AND_ROUTING + GATEWAY + SUPERVISOR_SIDE + EVAL_AND_CLIENT + BATCH_INVARIANT

@@ -45,6 +45,11 @@ MUTATIONS = [
     m("retries: the time left sent in seconds, not milliseconds", CLIENT + "calls.py",
       "        return None if left is None else math.ceil(left * 1000)",
       "        return None if left is None else math.ceil(left)", *CALLS),
+    # The same slip, caught through decide as a caller makes it: the request read off the socket.
+    m("retries: decide's timeout_ms on the wire in seconds", CLIENT + "calls.py",
+      "        return None if left is None else math.ceil(left * 1000)",
+      "        return None if left is None else math.ceil(left)",
+      PROMISES + "::test_a_decide_with_a_30_s_timeout_tells_the_daemon_about_30000_ms"),
     m("drops: resends past the retries bound (JevClient)", CLIENT + "client.py",
       "            if self.resends_left[rid] > 0:",
       "            if self.resends_left[rid] >= 0:", *CALLS),

@@ -175,6 +175,10 @@ MUTATIONS = [
       CONNECTIONS),
     m("gateway: a body that stalls never closed", "jevany_daemon/gateway/connections.py",
       "        self._deadline(None if bulk else BODY_TIMEOUT_S)\n", "        self._deadline(None)\n", CONNECTIONS),
+    # (mutations.py plants this slip too, against a daemon's test; here the in-process one must catch it)
+    m("gateway: a request of exactly MAX_HEADER_COUNT headers refused 431", "jevany_daemon/gateway/connections.py",
+      "        if self.header_count > MAX_HEADER_COUNT:\n", "        if self.header_count >= MAX_HEADER_COUNT:\n",
+      CONNECTIONS),
     # server/gateway_handle.py
     m("supervisor: a gateway that lived exactly the stable time still backs off",
       "jevany_daemon/server/gateway_handle.py",
@@ -226,6 +230,9 @@ MUTATIONS = [
     m("gateway: a client's share spent to the byte still lets its body in", "jevany_daemon/gateway/guard.py",
       "        return guard.holding >= guard.budget or guard.by_client.get(self.client, 0) >= guard.share\n",
       "        return guard.holding >= guard.budget or guard.by_client.get(self.client, 0) > guard.share\n", GUARD),
+    m("gateway: a client's body checked against the whole budget, not its share", "jevany_daemon/gateway/guard.py",
+      " or guard.by_client.get(self.client, 0) + size > guard.share:\n",
+      " or guard.by_client.get(self.client, 0) + size > guard.budget:\n", GUARD),
     m("gateway: a streamed body of exactly the limit refused", "jevany_daemon/gateway/guard.py",
       "            if size > self.max_body:\n", "            if size >= self.max_body:\n", GUARD),
     m("gateway: a decoded body held on top of its compressed size", "jevany_daemon/gateway/guard.py",

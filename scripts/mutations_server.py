@@ -126,6 +126,9 @@ MUTATIONS = [
       '                      self.replies.transport(sock), before_ready=self.run_state.state == "starting")\n',
       '                      self.replies.transport(sock), before_ready=self.run_state.state == "ready")\n',
       T + "test_client_ops.py"),
+    m("client ops: the daemon's own user sees the cache counters on a public socket", SERVER + "client_ops.py",
+      "        return sock is self.control and may_control(envelope)\n",
+      "        return sock is self.control or may_control(envelope)\n", T + "test_client_ops.py"),
     # --- pool ------------------------------------------------------------------------------
     m("pool: the serving generation counted as incoming", SERVER + "pool.py",
       "        return [w for w in self.workers if w.generation > self.serving_generation]\n",
