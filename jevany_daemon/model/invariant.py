@@ -15,7 +15,8 @@ CPU (torch 2.13, FP32 and BF16, two threads; docs/SERVING.md#batch-invariant-ans
   that small at a fraction of the speed. Here a product runs as products of
   exactly PIECE_ROWS rows, one after another (the last padded with zeros):
   the same shape every time, whatever the pass, and a row's bits do not
-  depend on where in its piece it sits (none of 480 tries at random offsets).
+  depend on where in its piece it sits (0 of 320 tries at random offsets:
+  benchmarks/invariant_probe.py).
 - **Attention**: torch's SDPA blocks its queries and keys by the width they
   are padded to, so a row padded wider may sum its softmax in another order
   (FP32 rows of 500 to 1,500 tokens padded to other widths: 3 to 5 of 12
@@ -113,11 +114,11 @@ def _run_views(x: torch.Tensor, runs, flat: bool):
 
 def run_attention(query, key, value, scale: float, runs, flat: bool, masks=None) -> torch.Tensor:
     """Each run of rows alone, at its own width. On a CPU, torch's SDPA: its kernel blocks queries and keys
-    by the width alone and computes each row and head apart from the others (measured: 0 of 402 rows of 3
-    to 1,200 tokens differed, FP32 and BF16, beside 0 to 11 others of any width). Elsewhere, the blocks
-    below: whether a GPU's SDPA kernels split their work by the number of rows is unmeasured. Each run is
-    causal, or under its mask (masks: one per run). Positions past the runs' own widths (a grid's padding)
-    are zeros, which no reader reads."""
+    by the width alone and computes each row and head apart from the others (0 of 420 rows of 3 to 1,200
+    tokens differed, FP32 and BF16, beside 0 to 11 others of their width: benchmarks/invariant_probe.py).
+    Elsewhere, the blocks below: whether a GPU's SDPA kernels split their work by the number of rows is
+    unmeasured. Each run is causal, or under its mask (masks: one per run). Positions past the runs' own
+    widths (a grid's padding) are zeros, which no reader reads."""
     out = query.new_zeros(query.shape)
     repeat = query.shape[1] // key.shape[1]
     views = zip(*(_run_views(x, runs, flat) for x in (query, key, value, out)), masks or [None] * len(runs))
