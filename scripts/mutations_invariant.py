@@ -49,7 +49,7 @@ MUTATIONS = [
       "            at += width\n", INVARIANT),
     m("batch-invariant: a packed request's branches not restarting after the prefix", ENGINE + "layouts.py",
       "        pos += range(p, p + len(b.tokens))", "        pos += range(len(pos), len(pos) + len(b.tokens))",
-      PARITY),
+      "tests/engine/test_parity.py::test_shared_state_layouts_equal_rows"),     # packed passes lay requests out so too
     m("batch-invariant: a flat pass's runs read as a grid's", ENGINE + "layouts.py",
       "position_ids=s.pos, flat_runs=self.runs,", "position_ids=s.pos, grid_runs=self.runs,", INVARIANT),
     m("batch-invariant: a flat pass priced as if every request were as wide as the widest", ENGINE + "layouts.py",
