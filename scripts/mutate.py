@@ -24,9 +24,8 @@ made something hang) and is reported apart. Prints each outcome, the score
 Not part of `make test`: it runs the covering tests once per mutation, one
 child at a time (the list, in mutations.py, says how many it holds). On two
 cores mutations.py's own entries, most of them driving daemons, took about
-35 minutes; each entry of the area files beside it runs unit tests in a few
-seconds (the gateway's 69 in about three minutes). --only runs the few a
-change touches.
+35 minutes; most entries of the area files beside it run unit tests in a
+few seconds. --only runs the few a change touches.
 """
 import argparse
 import importlib.util
