@@ -18,12 +18,13 @@ question's row continues its request's prefix from it, right-padded. The
 state runs once even on hybrid recurrent models, where packing is
 impossible.
 
-Batch-invariant (model/invariant.py): every row padded alone to a rounded
-width, rows of one width together (runs_of), so that the attention computes
-each run at its own width. Rows: in a grid padded to the widest, on any
-architecture. Flat: end to end in one sequence, no row padded to another's
-width, where every layer but attention reads one token at a time (where
-packed is proven).
+Batch-invariant (model/invariant.py): rows padded alone to a rounded width,
+rows of one width together (in_runs), so that the attention computes each
+run at its own width. Rows: one row a question, in a grid padded to the
+widest, on any architecture. Flat: one row a request, packed (its prefix
+once, then its branches), end to end in one sequence, none padded to
+another's width; only where packed is proven (every layer but attention
+reads one token at a time).
 
 A layout works in two steps. ``prepare`` lays the batch out on the host and
 adds its integer lists to the pass's one upload (pass_inputs.py; the
