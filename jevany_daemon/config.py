@@ -87,8 +87,9 @@ class EngineConfig:
     # model/invariant.py: every product in fixed pieces, attention in fixed key blocks, widths rounded.
     batch_invariant: bool = reloadable(
         False, "Every answer the same to the last bit whatever it is batched with, wherever it sits in its "
-        "pass, and alone: passes run in the rows layout without the prefix cache, in kernels whose order of "
-        "operations no other row changes. For reproducing metrics while batching.", group="batching",
+        "pass, and alone: each request padded alone to a rounded width (layout auto: flat, or rows on hybrid "
+        "models), without the prefix cache, in kernels whose order of operations no other row changes. For "
+        "reproducing metrics while batching.", group="batching",
         more="See [Batch-invariant answers](#batch-invariant-answers).")
 
     # JevAny's serve options, same names and defaults.
@@ -147,8 +148,9 @@ class EngineConfig:
             raise ValueError("compile cannot be combined with cuda_graphs (as in JevAny): each captures the "
                              "passes its own way; give one of them")
         if self.batch_invariant and self.layout not in ("auto", "rows"):
-            raise ValueError(f"batch_invariant runs the rows layout, not {self.layout}: a packed or shared pass "
-                             "computes a request's tokens in an order that depends on its neighbours")
+            raise ValueError(f"batch_invariant runs its own layouts (auto: flat, or rows on hybrid models), not "
+                             f"{self.layout}: a packed or shared pass computes a request's tokens in an order that "
+                             "depends on its neighbours")
         if self.batch_invariant and self.runner is not None:
             raise ValueError("batch_invariant cannot be combined with the shape plan (shape_plan, compile, "
                              "cuda_graphs): its buckets' fixed readout and compiled kernels are not proven "

@@ -106,8 +106,8 @@ def test_the_warm_up_checks_the_promise_on_this_host_and_refuses_to_serve_withou
 
 
 @pytest.mark.parametrize("settings,words", [
-    ({"layout": "packed"}, "rows layout"),
-    ({"layout": "shared"}, "rows layout"),
+    ({"layout": "packed"}, "its own layouts"),
+    ({"layout": "shared"}, "its own layouts"),
     ({"shape_plan": True}, "shape plan"),
     ({"compile": "default"}, "shape plan"),
 ])
