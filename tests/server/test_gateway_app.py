@@ -1,5 +1,6 @@
 """The gateway's routes (gateway/app.py) on a fake upstream, in process: no daemon, no model, no socket."""
 import asyncio
+import json
 
 import httpx
 
@@ -88,3 +89,28 @@ def test_a_model_that_has_not_loaded_is_503_with_a_retry():
 def test_metrics_off_is_not_found():
     [(status, headers, _)] = _call(_gateway(Scripted()), [("GET", "/metrics", {}, None)])
     assert (status, headers["x-jevany-daemon-error"]) == (404, "not_found")
+
+
+def test_a_browser_page_may_read_the_request_id_of_a_cross_origin_answer():
+    [(status, headers, _)] = _call(_gateway(Scripted(status={"state": "ready"})),
+                                   [("GET", "/health", {"origin": "http://page.example"}, None)])
+    exposed = {h.strip().lower() for h in headers["access-control-expose-headers"].split(",")}
+    assert status == 200 and "x-typesafe-request-id" in exposed
+
+
+def test_an_uploaded_image_is_removed_once_its_request_is_answered(tmp_path):
+    gateway = Gateway(Scripted(status={"state": "ready"}, decide=RESULT), {"max_message_bytes": 1 << 20}, None, None,
+                      uploads=str(tmp_path))
+    request = {**BODY, "assets": {"a": {"type": "image", "part": "p"}}}
+    body = (b"--B\r\nContent-Disposition: form-data; name=\"request\"\r\nContent-Type: application/json\r\n\r\n"
+            + json.dumps(request).encode() + b"\r\n--B\r\nContent-Disposition: form-data; name=\"p\"\r\n"
+            b"Content-Type: image/png\r\n\r\n\x89PNGxx\r\n--B--\r\n")
+
+    async def go():
+        transport = httpx.ASGITransport(app=create_app(gateway))
+        async with httpx.AsyncClient(transport=transport, base_url="http://gw") as client:
+            return await client.post(SYSTEMONE_PATH, content=body,
+                                     headers={"content-type": "multipart/form-data; boundary=B"})
+    reply = asyncio.run(go())
+    assert reply.status_code == 200, reply.text
+    assert "decide" in [op for op, _, _ in gateway.upstream.calls] and list(tmp_path.iterdir()) == []

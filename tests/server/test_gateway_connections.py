@@ -85,12 +85,14 @@ async def _length_of_body(scope, receive, send) -> None:
 
 
 @contextmanager
-def _guarded(monkeypatch, limit: int = 64):
-    """A uvicorn serving with the gateway's protocol and `limit` connections, in a thread; yields its port."""
+def _guarded(monkeypatch, limit: int = 64, app=None):
+    """A uvicorn serving app (_length_of_body) with the gateway's protocol and `limit` connections, in a thread;
+    yields its port."""
     monkeypatch.setattr(GuardedHttp, "limit", limit)
     monkeypatch.setattr(GuardedHttp, "buffers", Buffers(1 << 30), raising=False)
     listener = socket.create_server(("127.0.0.1", 0))
-    server = uvicorn.Server(uvicorn.Config(_length_of_body, http=GuardedHttp, log_level="warning", lifespan="off"))
+    server = uvicorn.Server(uvicorn.Config(app or _length_of_body, http=GuardedHttp, log_level="warning",
+                                           lifespan="off"))
     thread = threading.Thread(target=server.run, kwargs={"sockets": [listener]}, daemon=True)
     thread.start()
     try:
@@ -183,6 +185,29 @@ def test_a_body_that_stalls_past_its_deadline_is_closed_but_a_bulk_body_may_take
             response = http.client.HTTPResponse(bulk)
             response.begin()
             assert (response.status, response.read()) == (200, b"10")
+
+
+async def _slow_route(scope, receive, send):
+    """Reads its body, then works longer than a body may stall (BODY_TIMEOUT_S, 0.5 s below) before answering."""
+    more = True
+    while more:
+        more = (await receive()).get("more_body", False)
+    await asyncio.sleep(1.0)       # the route's work: what is tested, not a wait for anything
+    await send({"type": "http.response.start", "status": 200, "headers": [(b"content-length", b"2")]})
+    await send({"type": "http.response.body", "body": b"ok"})
+
+
+def test_a_route_may_take_longer_than_a_body_may_stall_once_its_body_is_read(monkeypatch):
+    # The body's deadline ends with the body: a decide queued behind others is not cut off mid-wait.
+    monkeypatch.setattr(connections, "BODY_TIMEOUT_S", 0.5)
+    with _guarded(monkeypatch, app=_slow_route) as port:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        try:
+            conn.request("POST", "/", body=b"{}")
+            response = conn.getresponse()
+            assert (response.status, response.read()) == (200, b"ok")
+        finally:
+            conn.close()
 
 
 def test_a_request_with_exactly_the_header_cap_is_served_and_one_header_more_gets_431(monkeypatch):

@@ -2,7 +2,7 @@
 import pytest
 from pydantic import ValidationError
 
-from jevany_daemon.gateway.shapes import MAX_MEDIA, SystemOneRequest
+from jevany_daemon.gateway.shapes import MAX_MEDIA, MAX_OPTIONS, SystemOneRequest
 
 
 def _request(**fields) -> SystemOneRequest:
@@ -42,6 +42,14 @@ def test_a_choice_of_a_single_option_passes_and_one_of_none_does_not():
     assert body["questions"]["q"]["criteria"] == {"Billing": None}
     with pytest.raises(ValidationError, match="options"):
         _request(questions={"q": {"type": "choice", "criteria": {}}})
+
+
+def test_a_choice_of_exactly_the_option_cap_passes_and_one_more_does_not():
+    criteria = {f"o{i}": None for i in range(MAX_OPTIONS + 1)}
+    body = _request(questions={"q": {"type": "choice", "criteria": dict(list(criteria.items())[:MAX_OPTIONS])}})
+    assert len(body.to_body()["questions"]["q"]["criteria"]) == MAX_OPTIONS
+    with pytest.raises(ValidationError, match="options"):
+        _request(questions={"q": {"type": "choice", "criteria": criteria}})
 
 
 def test_media_up_to_the_cap():
