@@ -288,4 +288,11 @@ MUTATIONS = [
     m("gateway: a choice of exactly MAX_OPTIONS options refused", "jevany_daemon/gateway/shapes.py",
       "        if not 1 <= len(self.criteria) <= MAX_OPTIONS:", "        if not 1 <= len(self.criteria) < MAX_OPTIONS:",
       T + "test_gateway_shapes.py::test_a_choice_of_exactly_the_option_cap_passes_and_one_more_does_not"),
+    m("gateway: an image written before the disk filled left behind", "jevany_daemon/gateway/assets.py",
+      "        except OSError as exc:\n            self.remove(paths)\n", "        except OSError as exc:\n",
+      "tests/media/test_hostile_paths.py::test_an_upload_with_no_room_leaves_nothing_behind_and_says_to_retry"),
+    m("gateway: a refused connection lingering for the header deadline", "jevany_daemon/gateway/connections.py",
+      "        self._deadline(LINGER_S)", "        self._deadline(HEADER_TIMEOUT_S)",
+      T + "test_gateway_connections.py::test_a_refused_connection_lingers_for_linger_s_then_goes_though_its_client_"
+      "keeps_sending"),
 ]

@@ -223,3 +223,26 @@ def test_a_request_with_exactly_the_header_cap_is_served_and_one_header_more_get
 
     with _guarded(monkeypatch) as port:
         assert [status_of(n) for n in (MAX_HEADER_COUNT, MAX_HEADER_COUNT + 1)] == [200, 431]
+
+
+def test_a_refused_connection_lingers_for_linger_s_then_goes_though_its_client_keeps_sending(monkeypatch):
+    # LINGER_S, not the header deadline (made long here), ends a refused connection whose client goes on sending.
+    monkeypatch.setattr(connections, "LINGER_S", 0.3)
+    monkeypatch.setattr(connections, "HEADER_TIMEOUT_S", 30.0)
+    with _guarded(monkeypatch) as port:
+        with socket.create_connection(("127.0.0.1", port), timeout=10) as conn:
+            extra = b"".join(b"X-%d: 1\r\n" % i for i in range(MAX_HEADER_COUNT))
+            conn.sendall(b"GET / HTTP/1.1\r\nHost: t\r\n" + extra + b"\r\n")
+            response = http.client.HTTPResponse(conn)
+            response.begin()
+            response.read()
+            assert response.status == 431
+            started, gone = time.monotonic(), None
+            while gone is None and time.monotonic() - started < 5:
+                try:
+                    conn.sendall(b"x" * 100)        # the client's own pace: what is tested, not a wait for anything
+                    time.sleep(0.05)
+                except (ConnectionResetError, BrokenPipeError):
+                    gone = time.monotonic() - started
+            assert gone is not None and gone < 3, gone
+
