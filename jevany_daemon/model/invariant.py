@@ -53,7 +53,7 @@ ATTENTION = "jevany_batch_invariant"    # the attention implementation's name, a
 
 
 def round_width(width: int) -> int:
-    """A pass's width, rounded up to WIDTH_MULTIPLE."""
+    """A row's (or a grid's) width, rounded up to WIDTH_MULTIPLE."""
     return -(-width // WIDTH_MULTIPLE) * WIDTH_MULTIPLE
 
 
