@@ -12,6 +12,7 @@ LAYOUTS = ("auto", "rows", "packed", "shared")
 # torch.compile's modes, as JevAny's JEVANY_COMPILE names them (its "1" means reduce-overhead).
 COMPILE_MODES = ("default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
 BATCH_POLICIES = ("adaptive", "greedy")
+THREAD_POLICIES = ("adaptive", "fixed")
 # Accelerate's placement strategies for one model over several GPUs (--device-map);
 # here, without torch, so the supervisor checks the setting and the worker uses it.
 DEVICE_MAPS = ("auto", "balanced", "balanced_low_0", "sequential")
@@ -69,6 +70,11 @@ class EngineConfig:
     batch_policy: str = reloadable(
         "adaptive", "adaptive: batch a length class only where batched passes measured faster; greedy: "
         "always.", group="batching", rule=one_of(BATCH_POLICIES))
+    # adaptive: engine/thread_policy.py measures passes on one thread against all of them per size class.
+    thread_policy: str = reloadable(
+        "adaptive", "adaptive: on a CPU, run a size class of passes on one thread where those measured faster "
+        "than on all of a worker's threads (whose wake-ups are the host's to pay); fixed: always on all.",
+        group="batching", rule=one_of(THREAD_POLICIES), more="See [Measuring](MEASURING.md).")
     # The prefix cache (JevAny's names and default); its byte bound keeps a cache on a GPU from starving
     # the batches. 0 turns it off, the prompt's kept head included.
     prefix_cache: int = reloadable(

@@ -6,6 +6,7 @@ chat_prompt.py   the chat template rendered once: constant token ids around the 
 piecewise.py     texts tokenized by pieces the tokenizer provably cuts at (lines, words), each remembered
 batching.py      which requests share a pass, and who runs it (group commit)
 batch_policy.py  when batching pays, learnt from the passes run
+thread_policy.py on a CPU, one thread or all for a class of passes, learnt from the passes run
 layouts.py       tokens → forward passes (rows, packed, or shared: prefix, then branches from its cache)
 prefix_cache.py  prefixes already computed, kept LRU within entry and byte bounds; the head pinned
 prefix_reuse.py  passes that continue from the longest kept prefix (one forward; hybrid kept states: two)

@@ -39,6 +39,7 @@ from .shape_plan import ShapePlan
 from .shaping import OutputTokens
 from .stats import BatchRecord, BatchStats
 from .stream import make_stream
+from .thread_policy import ThreadPolicy
 
 __all__ = ["Admitted", "BatchRecord", "BatchStats", "Engine", "LATEST_ALIAS", "MAX_MEDIA_QUESTIONS", "choose_layout"]
 
@@ -103,6 +104,9 @@ class Engine:
         # On an accelerator a lone pass costs nearly a full one: no pass is split to time one (batch_policy.py).
         self.policy = BatchPolicy(adaptive=config.batch_policy == "adaptive",
                                   explore_alone=not self.stream.asynchronous)
+        # On a CPU, one thread or all of them, by what each class of pass measured (thread_policy.py).
+        self.threads = ThreadPolicy(adaptive=config.thread_policy == "adaptive" and model.device.type == "cpu"
+                                    and not self.stream.asynchronous and not config.batch_invariant)
         self.pad_id = _pad_id(model.tokenizer)
         self.admission = Admission(model=model, encoder=self.encoder, blend=self.blend, layout=self.layout,
                                    limits=self.limits, max_options=self.max_options,
@@ -111,7 +115,7 @@ class Engine:
                              blend=self.blend, layout=self.layout, layout_for=self.layout_for, pad_id=self.pad_id,
                              cost=self.cost, forget=self.forget, live_head=self.live_head,
                              output_tokens=OutputTokens(model.tokenizer), tokenizer_lock=self.admission.tokenizer_lock,
-                             stats=self.stats, policy=self.policy, observe=self._observed)
+                             stats=self.stats, policy=self.policy, threads=self.threads, observe=self._observed)
         self._commit = GroupCommit(self._take, self._run_pending)
 
     # --- admit -----------------------------------------------------------
@@ -320,14 +324,15 @@ class Engine:
         return devices_report(self.model.devices)
 
     def statistics(self) -> dict:
-        """The running figures a worker reports with its answers: passes, devices, prefix cache, shape plan."""
+        """The running figures a worker reports with its answers: passes, devices, prefix cache, shape plan, threads."""
         return self.stats.as_dict() | {"device_info": self.device_info(), "prefix_cache": self.prefix_cache_stats(),
-                                       "plan": self.plan_stats()}
+                                       "plan": self.plan_stats(), "threads": self.threads.as_dict()}
 
     def reset_statistics(self) -> None:
         """Forget every pass so far (warm-up), for statistics and the batch policy alike."""
         self.stats.reset()
         self.policy.reset()
+        self.threads.reset()
         if self.prefix_cache is not None:
             self.prefix_cache.reset()
         if self.replay is not None:

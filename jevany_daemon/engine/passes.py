@@ -42,13 +42,14 @@ class Launched:
     probs: list | None = None     # once waited for: per question
     seconds: float = 0.0          # the pass's time, as the stream measured it
     fixed: bool = False           # run in a bucket of the shape plan: its download in the readout's fixed layout
+    threads: int = 0              # torch threads it ran on (thread_policy.py)
 
 
 class Passes:
     """Launches and collects passes, handed every part a pass uses (never the engine that composes them)."""
 
     def __init__(self, *, model, stream, backbone, readout, blend, layout, layout_for, pad_id: int, cost, forget,
-                 live_head, output_tokens, tokenizer_lock, stats, policy, observe):
+                 live_head, output_tokens, tokenizer_lock, stats, policy, threads, observe):
         self.model, self.stream = model, stream
         self.backbone = backbone        # runs the decoder (decoder.Decoder); what every forward of a pass calls
         self.readout, self.blend = readout, blend       # blend: the native readout pooled in, or None
@@ -59,6 +60,7 @@ class Passes:
         self.output_tokens = output_tokens
         self.tokenizer_lock = tokenizer_lock    # admission's: fast tokenizers are not safe to share across threads
         self.stats, self.policy = stats, policy
+        self.threads = threads          # thread_policy.ThreadPolicy: the torch threads each pass runs on
         self.observe = observe          # called with every pass's BatchRecord
         self.replay = None              # replay.Replay: the shape plan's buckets, once the engine has warmed them
         self.lost: DeviceLost | None = None     # once the device failed beyond recovery
@@ -71,8 +73,10 @@ class Passes:
             raise self.lost
         counts = [q.n_options for a in batch for q in a.request.questions]
         launched = Launched(batch, counts, blended=self.blend is not None)
+        # Chosen by the requests' costs before the layout prepares them (remembered: engine.cost).
+        launched.threads = self.threads.choose(sum(self.cost(a)[1] for a in batch))
         try:
-            with torch.inference_mode():
+            with torch.inference_mode(), self.threads.running(launched.threads):
                 self._queue(launched)
         except Exception as exc:   # noqa: BLE001 - collect() turns it into per-request outcomes
             launched.error = detached(exc)
@@ -186,6 +190,7 @@ class Passes:
         self.stats.record(rec)
         if ok:
             self.policy.record(launched.width, len(batch), launched.real, seconds)
+            self.threads.record(launched.real, launched.threads, seconds)
         self.observe(rec)
 
     def _failed(self, launched: Launched) -> list:

@@ -47,6 +47,7 @@ class WorkerHandle:
     overlaps: bool = False           # its host works while its device runs (from its hello): it may prefetch
     pace: Pace = field(default_factory=Pace)    # how fast it scores against its own best (pace.py)
     collector: dict | None = None    # its Python collector's totals, as it last reported them
+    threads: dict | None = None      # its engine's thread policy (engine/thread_policy.py), as last reported
 
     @property
     def identity(self) -> bytes:
@@ -133,6 +134,7 @@ class WorkerHandle:
         stats = dict(stats or {})
         self.note_device_info(stats.pop("device_info", None))
         self.collector = stats.pop("collector", self.collector)
+        self.threads = stats.pop("threads", self.threads)
         self.stats = stats
 
     def note_device_info(self, info) -> None:
@@ -143,7 +145,7 @@ class WorkerHandle:
         return {"index": self.slot, "pid": self.proc.pid, "device": self.device, "state": self.state,
                 "role": role, "generation": self.generation, "restarts": self.restarts,
                 "requests": self.requests, "inflight": len(self.inflight), "device_info": self.device_info,
-                "pace": self.pace.describe(), "collector": self.collector}
+                "pace": self.pace.describe(), "collector": self.collector, "threads": self.threads}
 
 
 def spawn(slot: int, serial: int, generation: int, backend: str, settings: dict, now: float) -> WorkerHandle:

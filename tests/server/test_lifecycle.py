@@ -184,6 +184,8 @@ def test_status_fields(start_daemon):
     assert status["model"]["random_weights"] is False        # a model given by --model, not the demo
     assert status["batching"]["max_batch_size"] == 4 and status["batching"]["batch_size_histogram"] == {"1": 1}
     assert status["workers"][0]["requests"] == 1 and status["workers"][0]["state"] == "idle"
+    threads = status["workers"][0]["threads"]      # one thread given: nothing to choose between
+    assert (threads["most"], threads["adaptive"], threads["passes"]) == (1, False, {"1": 1})
     assert status["latency_ms"]["p50"] > 0
     assert 0 < status["batching"]["busy_s"] <= status["uptime_s"]
     [described] = models["models"]

@@ -365,3 +365,13 @@ def test_a_busy_worker_counts_as_up_in_the_status_line_and_the_serving_flag():
     pool = SimpleNamespace(serving=lambda: [busy, idle, loading, leaving])
     line = status_line("ready", pool, RequestQueue(8), Counters(), 0.0)
     assert line.startswith("ready: 2/4 workers, queue 0/8,"), line
+
+
+def test_the_thread_policy_rides_with_results_and_stays_out_of_the_statistics():
+    worker = handle()
+    assert worker.describe("serving")["threads"] is None
+    threads = {"most": 2, "adaptive": True, "passes": {"1": 30, "2": 2}, "measured_tokens_per_s": {"1@64": 9e3}}
+    worker.take_stats({"batches": 32, "requests": 70, "threads": threads})
+    assert worker.stats == {"batches": 32, "requests": 70}
+    worker.take_stats({"batches": 33, "requests": 71})                   # a message without it keeps the last
+    assert worker.describe("serving")["threads"] == threads
