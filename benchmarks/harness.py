@@ -99,6 +99,33 @@ def worker_env_in_effect() -> dict:
     return {k: os.environ.get(k) for k in (*MALLOC_DEFAULTS, *THREAD_DEFAULTS, "GOMP_SPINCOUNT")}
 
 
+# A hypervisor that leaves one vCPU unrun for a share of the time, as a noisy host does (steal).
+STALL_PERIOD_S = 0.004
+_STALLER = r"""
+import os, sys, time
+cpu, share, period = int(sys.argv[1]), float(sys.argv[2]), float(sys.argv[3])
+os.sched_setaffinity(0, {cpu})
+os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(10))
+parent, due = os.getppid(), time.monotonic()
+while os.getppid() == parent:
+    began = time.monotonic()
+    while time.monotonic() - began < share * period:
+        pass
+    due += period
+    time.sleep(max(0.0, due - time.monotonic()))
+"""
+
+
+def stall_cpu(share: float) -> subprocess.Popen:
+    """A process that holds this machine's last CPU `share` of every STALL_PERIOD_S, above every ordinary
+    thread (SCHED_FIFO: root only), until it is killed or its parent goes. The guest still sees that CPU's
+    threads and moves them when another CPU idles: a milder stall than a hypervisor's."""
+    if os.geteuid() != 0:
+        raise SystemExit("stalling a CPU needs root (a SCHED_FIFO process)")
+    cpu = max(os.sched_getaffinity(0))
+    return subprocess.Popen([sys.executable, "-c", _STALLER, str(cpu), str(share), str(STALL_PERIOD_S)])
+
+
 def write_result(result: dict, path: Path) -> None:
     """The result as JSON at path (its directory made if missing), and a line saying where."""
     path.parent.mkdir(parents=True, exist_ok=True)

@@ -11,7 +11,8 @@ sending a request and leaving without reading it, 20 a second. With
 --reload-every-s the daemon is sent SIGHUP that often; with --long-states a
 third of the closed-loop requests come from agent sessions (transcripts of
 300-1,100 tokens, growing turn by turn), kept in and evicted from the prefix
-cache.
+cache. With --stall the last vCPU is held a share of the time for a while,
+as a noisy host's hypervisor holds it (harness.stall_cpu).
 
 Every --sample-s it reads, on the control endpoint, the workers' passes,
 requests and busy seconds, the departed and late-withdrawn requests, the
@@ -42,7 +43,7 @@ import sys
 import time
 from pathlib import Path
 
-from harness import HERE, free_port, machine, percentile, project_env, write_result
+from harness import HERE, free_port, machine, percentile, project_env, stall_cpu, write_result
 from jevany_client import JevClient
 from soak_proc import ProcSampler, host_ticks, rss_growth
 from soak_load import EXPECTED, REPLY_WITHIN_S, http_caller, http_churn, zmq_caller, zmq_churn
@@ -163,10 +164,17 @@ def main(argv=None) -> int:
     parser.add_argument("--reload-every-s", type=float, default=0.0, help="SIGHUP the daemon this often (0: never)")
     parser.add_argument("--tiny", action="store_true", help="the tiny random model instead of the starter")
     parser.add_argument("--serve-arg", action="append", default=[], help="one more argument for serve")
+    parser.add_argument("--stall", type=float, default=0.0,
+                        help="share of the last vCPU held from --stall-from-s to --stall-to-s, as a noisy host's "
+                             "hypervisor holds it (harness.stall_cpu; root only; 0: never)")
+    parser.add_argument("--stall-from-s", type=float, default=120.0)
+    parser.add_argument("--stall-to-s", type=float, default=300.0)
     parser.add_argument("--out", type=Path, default=HERE / "out" / "soak.json")
     args = parser.parse_args(argv)
     if args.window_s % args.sample_s:
         parser.error("--window-s must be a multiple of --sample-s")
+    if args.stall and os.geteuid() != 0:
+        parser.error("--stall needs root (a SCHED_FIFO process)")
     model = "tiny" if args.tiny else str(HERE.parent / "runs" / "starter")
     if not args.tiny and not Path(model).is_dir():
         parser.error(f"no starter model at {model}: make demo trains it (about a minute), or pass --tiny")
@@ -191,6 +199,7 @@ def main(argv=None) -> int:
     early_ms_per_pass: list = []     # each sample's in the first two minutes: what a stack is taken against
     control = JevClient(f"ipc://{rundir}/c.sock", timeout=30, retries=0)
     procs = ProcSampler(daemon.pid)
+    stall = None        # the process holding a vCPU, while it runs
 
     def take(block_s: float) -> None:
         try:
@@ -225,6 +234,11 @@ def main(argv=None) -> int:
                 pid = next(iter(row["pace"]), None)
                 stacks.append({"t_s": row["t_s"], "ms_per_pass": latest[0]["ms_per_pass"],
                                "stack": stack_of(pid) if pid else "no serving worker"})
+            if args.stall and stall is None and args.stall_from_s <= row["t_s"] < args.stall_to_s:
+                stall = stall_cpu(args.stall)
+            elif stall is not None and stall.returncode is None and row["t_s"] >= args.stall_to_s:
+                stall.kill()
+                stall.wait()
             if next_reload is not None and time.monotonic() >= next_reload:
                 daemon.send_signal(signal.SIGHUP)
                 next_reload += args.reload_every_s
@@ -243,6 +257,8 @@ def main(argv=None) -> int:
             take(0)
     finally:
         stop.set()
+        if stall is not None:
+            stall.kill()
         for p in callers:
             p.join(5)
             if p.is_alive():
