@@ -62,12 +62,12 @@ def voluntary_switches(skip: int) -> int:
 
 
 def timed_passes(engine, bodies, seconds: float) -> tuple[float, float]:
-    """(median ms a pass, wake-ups a pass) of passes of `bodies`, for at least `seconds` and 5 passes."""
+    """(median ms a pass, wake-ups a pass) of passes of `bodies`, for at least `seconds` and 3 passes."""
     import torch  # noqa: F401 - loaded by the engine already
 
     main = threading.get_native_id()
     walls, began, woke = [], time.perf_counter(), voluntary_switches(main)
-    while time.perf_counter() - began < seconds or len(walls) < 5:
+    while time.perf_counter() - began < seconds or len(walls) < 3:
         engine.clear_prefix_cache()
         t = time.perf_counter()
         engine.score(engine.admit_many(bodies))
@@ -102,8 +102,8 @@ def probe_shapes(engine, most: int, rounds: int, seconds: float) -> dict:
 def probe_policies(engines: dict, rounds: int) -> dict:
     """ms for every shape once, in turn, per policy; the policies alternate round by round."""
     every = list(shapes().values())
-    for engine in engines.values():          # the adaptive engine learns its classes before it is timed
-        for _ in range(4):
+    for engine in engines.values():     # the adaptive engine measures each class both ways before it is timed
+        for _ in range(2):
             for bodies in every:
                 engine.score(engine.admit_many(bodies))
     totals = {name: [] for name in engines}
@@ -130,6 +130,7 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=os.cpu_count() or 1)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seconds", type=float, default=1.0, help="of passes per shape, setting and round")
+    parser.add_argument("--policy-rounds", type=int, default=9, help="of every shape in turn, per policy")
     parser.add_argument("--stall", type=float, default=0.0, help="share of the last vCPU held (0: none)")
     parser.add_argument("--out", type=Path, default=HERE / "results" / "cpu-thread-probe.json")
     args = parser.parse_args()
@@ -155,12 +156,13 @@ def main() -> int:
     stall = stall_cpu(args.stall) if args.stall > 0 else None
     try:
         by_shape = probe_shapes(engines["fixed"], args.threads, args.rounds, args.seconds)
-        policies = probe_policies(engines, args.rounds * 3)
+        policies = probe_policies(engines, args.policy_rounds)
     finally:
         if stall is not None:
             stall.kill()
     write_result({"benchmark": "thread_probe", "machine": machine(), "model": str(source),
                   "settings": {"threads": args.threads, "rounds": args.rounds, "seconds": args.seconds,
+                               "policy_rounds": args.policy_rounds,
                                "stall": args.stall, "stall_period_s": STALL_PERIOD_S},
                   "worker_env": worker_env_in_effect(), "shapes": by_shape, "policies": policies}, args.out)
     return 0
