@@ -16,7 +16,8 @@ as a noisy host's hypervisor holds it (harness.stall_cpu).
 
 Every --sample-s it reads, on the control endpoint, the workers' passes,
 requests and busy seconds, the departed and late-withdrawn requests, the
-replies dropped, the prefix cache and each worker's pace; and from /proc,
+replies dropped, the prefix cache, each worker's pace and its passes on
+one thread and on all (engine/thread_policy.py); and from /proc,
 for the supervisor, the gateway and each worker: RSS, descriptors, threads,
 context switches and CPU seconds; and the host's CPU steal. A sample whose
 ms per pass is more than twice the first two minutes' takes the worker's
@@ -96,6 +97,7 @@ def sample(control: JevClient, procs: ProcSampler, at: float, last_ticks) -> tup
                                                                          "evictions")},
            "pace": {w["pid"]: w.get("pace") for w in workers},
            "collector": {w["pid"]: w.get("collector") for w in workers},
+           "threads": {w["pid"]: (w.get("threads") or {}).get("passes") for w in workers},   # passes per count
            "procs": procs.read(status)}
     return row, ticks
 

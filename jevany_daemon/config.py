@@ -74,7 +74,8 @@ class EngineConfig:
     thread_policy: str = reloadable(
         "adaptive", "adaptive: on a CPU, run a size class of passes on one thread where those measured faster "
         "than on all of a worker's threads (whose wake-ups are the host's to pay); fixed: always on all.",
-        group="batching", rule=one_of(THREAD_POLICIES), more="See [Measuring](MEASURING.md).")
+        group="batching", rule=one_of(THREAD_POLICIES),
+        more="See [One thread or all](MEASURING.md#one-thread-or-all).")
     # The prefix cache (JevAny's names and default); its byte bound keeps a cache on a GPU from starving
     # the batches. 0 turns it off, the prompt's kept head included.
     prefix_cache: int = reloadable(

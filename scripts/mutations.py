@@ -4,7 +4,7 @@ that should catch it.
 Each entry names a file, a line of it as it is and as the bug would write it,
 and the tests that cover that module (as few as catch its slips). The line
 must occur exactly once in its file; tests/test_mutations_list.py checks every
-entry in `make test`, and holds this list's count (432 mutations: one entry
+entry in `make test`, and holds this list's count (441 mutations: one entry
 each) to len(MUTATIONS). A module added or rewritten comes with entries of
 its own. The gateway's, the rest of the supervisor side's and the eval
 runner's with the client library's live in files of their own beside this one
@@ -80,6 +80,35 @@ MUTATIONS = [
       "        self.rates[key] = rate if old is None else (1 - SMOOTHING) * old + SMOOTHING * rate",
       "        self.rates[key] = rate if old is None else SMOOTHING * old + (1 - SMOOTHING) * rate",
       "tests/engine/test_batch_policy.py"),
+    # --- the thread policy: one thread or all for a CPU pass -----------------------------
+    m("threads: a class never tries the other count", ENGINE + "thread_policy.py",
+      "        explore = self.decisions[k] % EXPLORE_EVERY == 0", "        explore = False",
+      "tests/engine/test_thread_policy.py"),
+    m("threads: a class runs on the count that measured slower", ENGINE + "thread_policy.py",
+      "        prefer = 1 if one > most else self.most", "        prefer = 1 if one < most else self.most",
+      "tests/engine/test_thread_policy.py"),
+    m("threads: one thread never timed once all are", ENGINE + "thread_policy.py",
+      "            return 1            # measured on all threads only: one thread next, to compare",
+      "            return self.most", "tests/engine/test_thread_policy.py"),
+    m("threads: the newest pass alone decides", ENGINE + "thread_policy.py",
+      "        self.rates[key] = rate if old is None else (1 - SMOOTHING) * old + SMOOTHING * rate",
+      "        self.rates[key] = rate", "tests/engine/test_thread_policy.py"),
+    m("threads: torch's count not set back after a pass", ENGINE + "thread_policy.py",
+      "            torch.set_num_threads(before)", "            pass", "tests/engine/test_thread_policy.py"),
+    m("threads: a fixed policy still sets torch's count", ENGINE + "thread_policy.py",
+      "        if not self.adaptive or threads == before:", "        if threads == before:",
+      "tests/engine/test_thread_policy.py"),
+    m("threads: adaptive under --batch-invariant", ENGINE + "engine.py",
+      "                                    and not self.stream.asynchronous and not config.batch_invariant)",
+      "                                    and not self.stream.asynchronous)", "tests/engine/test_thread_policy.py"),
+    m("threads: a pass recorded as run on all threads", ENGINE + "passes.py",
+      "            self.threads.record(launched.real, launched.threads, seconds)",
+      "            self.threads.record(launched.real, self.threads.most, seconds)",
+      "tests/engine/test_thread_policy.py"),
+    m("threads: the policy's report left among the batching statistics", SERVER + "worker_handle.py",
+      '        self.threads = stats.pop("threads", self.threads)',
+      '        self.threads = stats.get("threads", self.threads)',
+      "tests/server/test_worker_handle.py"),
     # --- prefix reuse -------------------------------------------------------------------
     m("prefix reuse: a hit costed as if its state ran again", ENGINE + "prefix_reuse.py",
       "        new, tails = len(enc.stem) - self.prefix_cache.peek(enc.stem, enc.tenant), sum(self._tail_lengths(enc))",

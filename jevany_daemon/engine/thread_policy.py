@@ -20,8 +20,8 @@ follows the host as it changes: a slow host moves a class to one thread,
 and the class comes back once all the threads measure faster again. A pass
 on one thread wakes no other thread at all.
 
-Off a CPU the threads only form inputs, and under --batch-invariant a
-product's order of operations must not depend on anything but its row, so
+Off a CPU the threads only form inputs, and under --batch-invariant the
+warm-up checks the bits at the worker's count, which no pass may change, so
 there the count stays fixed (adaptive=False).
 """
 from collections import Counter

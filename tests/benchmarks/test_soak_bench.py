@@ -32,3 +32,5 @@ def test_the_soak_mix_loses_nothing_and_drops_the_departed_callers_work(tmp_path
     last = report["samples"][-1]["procs"]
     assert set(last) == {"supervisor", "gateway", "worker-0"} and all(p["rss_kb"] > 0 for p in last.values())
     assert set(report["rss_growth"]) == {"supervisor", "gateway", "worker-0"}
+    [passes] = report["samples"][-1]["threads"].values()      # the worker's passes by the threads they ran on
+    assert sum(passes.values()) == report["samples"][-1]["passes"]
