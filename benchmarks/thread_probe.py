@@ -19,9 +19,9 @@ pass, so every pass computes its tokens):
 
 --stall D stands for a hypervisor that leaves the last vCPU unrun for a
 share D of the time (harness.stall_cpu: a SCHED_FIFO process pinned to it
-runs D of every 4 ms; root only). The guest still sees that vCPU's threads and moves them when
-another CPU idles; a truly stalled vCPU holds the thread it was running, so
-this is the mild form.
+runs D of every 4 ms; root only). The guest still sees that vCPU's threads
+and moves them when another CPU idles; a truly stalled vCPU holds the
+thread it was running, so this is the mild form.
 
 Writes benchmarks/results/cpu-thread-probe.json (--out).
 """
@@ -38,6 +38,7 @@ from harness import STALL_PERIOD_S, like_a_worker, machine, stall_cpu, worker_en
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "client")]
+
 
 def shapes() -> dict[str, list]:
     from jevany_daemon import workloads
@@ -63,8 +64,6 @@ def voluntary_switches(skip: int) -> int:
 
 def timed_passes(engine, bodies, seconds: float) -> tuple[float, float]:
     """(median ms a pass, wake-ups a pass) of passes of `bodies`, for at least `seconds` and 3 passes."""
-    import torch  # noqa: F401 - loaded by the engine already
-
     main = threading.get_native_id()
     walls, began, woke = [], time.perf_counter(), voluntary_switches(main)
     while time.perf_counter() - began < seconds or len(walls) < 3:
